@@ -1,0 +1,1 @@
+"""kernel-workbook: kernels, their references, one timing harness and one records schema."""

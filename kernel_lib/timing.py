@@ -1,0 +1,151 @@
+"""The one timing harness: warm-up, many reps, median and spread, synchronised per backend."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+# Larger than any L2 we target (H100 50 MB, MI300X Infinity Cache 256 MB); zeroed between reps.
+_FLUSH_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call wall time of `fn` in milliseconds; `method` says how it was measured."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    min_ms: float
+    reps: int
+    method: str
+    peak_mem_bytes: int | None
+
+
+def device_kind(device: torch.device | str) -> str:
+    """'cuda' (NVIDIA and ROCm), 'xpu', 'xla', 'mps' or 'cpu'."""
+    return torch.device(device).type
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Block until all work queued on `device` has finished."""
+    kind = device_kind(device)
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "xpu":
+        torch.xpu.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()
+    elif kind == "xla":
+        import torch_xla  # only present in the TPU/XLA environment
+
+        torch_xla.sync()
+        torch_xla._XLAC._xla_wait_device_ops(devices=[])
+
+
+def _percentile(sorted_ms: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an ascending list (q in [0, 1])."""
+    pos = q * (len(sorted_ms) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_ms) - 1)
+    return sorted_ms[lo] + (sorted_ms[hi] - sorted_ms[lo]) * (pos - lo)
+
+
+def _reset_peak_memory(kind: str, device: torch.device) -> None:
+    if kind == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    elif kind == "xpu":
+        torch.xpu.reset_peak_memory_stats(device)
+
+
+def _peak_memory(kind: str, device: torch.device) -> int | None:
+    """Allocator high-water mark; None where the backend has no allocator statistics (CPU, XLA)."""
+    if kind == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    if kind == "xpu":
+        return torch.xpu.max_memory_allocated(device)
+    return None
+
+
+def time_fn(
+    fn: Callable[[], object],
+    *,
+    device: torch.device | str = "cpu",
+    warmup: int = 3,
+    reps: int | None = None,
+    min_time_s: float = 0.2,
+    max_reps: int = 1000,
+    flush_cache: bool = False,
+) -> Timing:
+    """Time `fn()` on `device`.
+
+    Runs `warmup` untimed calls, then `reps` timed calls, or (reps=None) as many as fit in
+    `min_time_s`, at least 5 and at most `max_reps`. CUDA/ROCm use device events around each call;
+    other backends synchronise and read `time.perf_counter`. `flush_cache` zeroes a 512 MiB buffer
+    before each GPU rep so every rep starts with a cold L2 (the zeroing is outside the timed span).
+    """
+    if reps is not None and reps < 1:
+        raise ValueError(f"reps={reps} must be >= 1")
+    if warmup < 0:
+        raise ValueError(f"warmup={warmup} must be >= 0")
+    device = torch.device(device)
+    kind = device_kind(device)
+    flush = None
+    if flush_cache and kind in ("cuda", "xpu"):
+        flush = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device=device)
+
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    _reset_peak_memory(kind, device)
+
+    if reps is None:
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        once = max(time.perf_counter() - start, 1e-7)
+        reps = int(min(max_reps, max(5, min_time_s / once)))
+
+    samples = _cuda_event_samples(fn, reps, flush) if kind == "cuda" else None
+    method = "cuda events" if kind == "cuda" else f"perf_counter + {kind} synchronize"
+    if samples is None:
+        samples = []
+        for _ in range(reps):
+            if flush is not None:
+                flush.zero_()
+                synchronize(device)
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            samples.append((time.perf_counter() - start) * 1e3)
+    if flush is not None:
+        method += ", L2 flushed"
+
+    ordered = sorted(samples)
+    return Timing(
+        median_ms=statistics.median(ordered),
+        p10_ms=_percentile(ordered, 0.1),
+        p90_ms=_percentile(ordered, 0.9),
+        min_ms=ordered[0],
+        reps=len(ordered),
+        method=method,
+        peak_mem_bytes=_peak_memory(kind, device),
+    )
+
+
+def _cuda_event_samples(fn: Callable[[], object], reps: int, flush: torch.Tensor | None):
+    """Per-rep milliseconds from CUDA events (ROCm builds map these to HIP events)."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for start, end in zip(starts, ends):
+        if flush is not None:
+            flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in zip(starts, ends)]
