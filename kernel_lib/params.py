@@ -1,0 +1,183 @@
+"""Platform parameter files: load safely, layer over notebook defaults, validate before anything runs.
+
+A file `parameters/<platform>.yaml` is flat, so plain `papermill NB out -f parameters/<platform>.yaml`
+works: a reserved `workbook:` mapping holds runner settings (which notebooks, per-cell timeout), and
+every other key is a parameter of at least one of those notebooks, with a compatible type.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import papermill
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMETERS_DIR = ROOT / "parameters"
+NOTEBOOKS_DIR = ROOT / "notebooks"
+RESERVED = "workbook"
+WORKBOOK_KEYS = ("notebooks", "cell_timeout_s", "description")
+
+
+class ParameterError(ValueError):
+    """Bad platform, file, key or value: the CLI prints the one-line message and exits 2."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run executes: which notebooks, with which parameters, under which limits."""
+
+    platform: str
+    source: str  # the parameter file, for messages and the report
+    notebooks: tuple[str, ...]
+    values: dict = field(default_factory=dict)  # flat parameter values from the file and overrides
+    cell_timeout_s: int | None = None
+    description: str = ""
+    notebooks_dir: Path = NOTEBOOKS_DIR
+
+    def parameters_for(self, notebook: str) -> dict:
+        """The values this notebook declares (papermill injects only these)."""
+        declared = notebook_parameters(notebook, self.notebooks_dir)
+        return {k: v for k, v in self.values.items() if k in declared}
+
+
+def list_platforms(directory: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in (directory or PARAMETERS_DIR).glob("*.yaml"))
+
+
+def list_notebooks(directory: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in (directory or NOTEBOOKS_DIR).glob("*.ipynb"))
+
+
+@lru_cache(maxsize=None)
+def _inspect(path: Path, mtime: float) -> dict:
+    return papermill.inspect_notebook(str(path))
+
+
+def notebook_parameters(notebook: str, directory: Path | None = None) -> dict:
+    """name -> {inferred_type_name, default (source text), help} from the `parameters` cell."""
+    path = (directory or NOTEBOOKS_DIR) / f"{notebook}.ipynb"
+    if not path.exists():
+        raise ParameterError(f"unknown notebook {notebook!r}: choose from {list_notebooks(directory)}")
+    return _inspect(path, path.stat().st_mtime)
+
+
+def notebook_defaults(notebook: str, directory: Path | None = None) -> dict:
+    """The parameters cell's default values as Python objects."""
+    return {
+        name: ast.literal_eval(spec["default"])
+        for name, spec in notebook_parameters(notebook, directory).items()
+    }
+
+
+def _type_ok(value, type_name: str) -> bool:
+    scalar = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "bool": lambda v: isinstance(v, bool),
+    }
+    if type_name in scalar:
+        return scalar[type_name](value)
+    if type_name.startswith("list[") and type_name.endswith("]"):
+        inner = type_name[5:-1]
+        return isinstance(value, list) and all(_type_ok(v, inner) for v in value)
+    if type_name == "list":
+        return isinstance(value, list)
+    return True  # unannotated parameter: papermill injects any literal
+
+
+def _check_values(values: dict, notebooks: tuple[str, ...], source: str, directory: Path | None) -> None:
+    for key, value in values.items():
+        declaring = {nb: notebook_parameters(nb, directory)[key]["inferred_type_name"]
+                     for nb in notebooks if key in notebook_parameters(nb, directory)}
+        if not declaring:
+            raise ParameterError(
+                f"{source}: unknown key {key!r} (not a parameter of {', '.join(notebooks)})"
+            )
+        for nb, type_name in declaring.items():
+            if not _type_ok(value, type_name):
+                raise ParameterError(
+                    f"{source}: key {key!r} = {value!r} is not {type_name} (as {nb}.ipynb declares it)"
+                )
+
+
+def _display(path: Path) -> str:
+    """A path as the user would type it: relative to the repository where possible."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _read_yaml(path: Path, source: str) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ParameterError(f"{source}: malformed YAML{where}: {getattr(err, 'problem', err)}") from None
+    if not isinstance(data, dict):
+        raise ParameterError(f"{source}: must be a mapping of parameter names to values")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """`name=value` from the command line; the value is read as YAML (`8`, `[1, 2]`, `bfloat16`)."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise ParameterError(f"command line: -p {text!r} must look like name=value")
+    try:
+        return name.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ParameterError(f"command line: -p {text!r}: value is not valid YAML") from None
+
+
+def load_plan(
+    platform: str,
+    *,
+    overrides: dict | None = None,
+    only: list[str] | None = None,
+    parameters_dir: Path | None = None,
+    notebooks_dir: Path | None = None,
+) -> Plan:
+    """Read and validate `parameters/<platform>.yaml`, then `overrides` (command line, wins)."""
+    path = (parameters_dir or PARAMETERS_DIR) / f"{platform}.yaml"
+    if not path.exists():
+        raise ParameterError(
+            f"unknown platform {platform!r}: choose from {list_platforms(parameters_dir)}"
+        )
+    source = _display(path)
+    data = _read_yaml(path, source)
+    settings = data.pop(RESERVED, None)
+    if not isinstance(settings, dict) or not isinstance(settings.get("notebooks"), list):
+        raise ParameterError(f"{source}: needs `{RESERVED}: {{notebooks: [...]}}`")
+    for key in settings:
+        if key not in WORKBOOK_KEYS:
+            raise ParameterError(f"{source}: unknown key {RESERVED}.{key} (known: {WORKBOOK_KEYS})")
+    notebooks = tuple(settings["notebooks"])
+    for nb in notebooks:
+        notebook_parameters(nb, notebooks_dir)  # raises for an unknown notebook
+    timeout = settings.get("cell_timeout_s")
+    if timeout is not None and not (isinstance(timeout, int) and timeout > 0):
+        raise ParameterError(f"{source}: key {RESERVED}.cell_timeout_s = {timeout!r} must be a positive int")
+    _check_values(data, notebooks, source, notebooks_dir)
+    if only:
+        unknown = [nb for nb in only if nb not in notebooks]
+        if unknown:
+            raise ParameterError(f"--only: {unknown} not among {platform}'s notebooks {list(notebooks)}")
+        notebooks = tuple(nb for nb in notebooks if nb in only)
+    overrides = dict(overrides or {})
+    _check_values(overrides, notebooks, "command line", notebooks_dir)
+    return Plan(
+        platform=platform,
+        source=source,
+        notebooks=notebooks,
+        values={**data, **overrides},
+        cell_timeout_s=timeout,
+        description=str(settings.get("description", "")),
+        notebooks_dir=notebooks_dir or NOTEBOOKS_DIR,
+    )

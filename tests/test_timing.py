@@ -1,0 +1,56 @@
+import time
+
+import pytest
+import torch
+
+from kernel_lib.timing import _percentile, time_fn
+
+
+def test_known_sleep_is_timed_within_tolerance():
+    timing = time_fn(lambda: time.sleep(0.01), warmup=1, reps=7)
+    assert 9.5 <= timing.median_ms <= 30, timing
+    assert timing.reps == 7
+    assert timing.method == "perf_counter + cpu synchronize"
+
+
+def test_stats_are_ordered():
+    timing = time_fn(lambda: torch.ones(1000).sum(), reps=50)
+    assert timing.min_ms <= timing.p10_ms <= timing.median_ms <= timing.p90_ms
+
+
+def test_min_time_decides_reps_when_reps_not_given():
+    timing = time_fn(lambda: time.sleep(0.002), warmup=0, min_time_s=0.05)
+    assert 5 <= timing.reps <= 30
+
+
+def test_max_reps_caps_fast_functions():
+    assert time_fn(lambda: None, min_time_s=1.0, max_reps=40).reps == 40
+
+
+def test_warmup_calls_are_not_timed():
+    calls = []
+    time_fn(lambda: calls.append(1), warmup=4, reps=6)
+    assert len(calls) == 4 + 6
+
+
+def test_percentile_interpolates():
+    assert _percentile([0.0, 10.0], 0.5) == 5.0
+    assert _percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.1) == pytest.approx(1.4)
+
+
+def test_cpu_has_no_allocator_peak():
+    assert time_fn(lambda: None, reps=5).peak_mem_bytes is None
+
+
+@pytest.mark.parametrize("kwargs, name", [({"reps": 0}, "reps"), ({"warmup": -1}, "warmup")])
+def test_bad_arguments_name_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        time_fn(lambda: None, **kwargs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA/AMD GPU")
+def test_cuda_events_and_peak_memory():
+    x = torch.randn(1024, 1024, device="cuda")
+    timing = time_fn(lambda: x @ x, device="cuda", reps=10, flush_cache=True)
+    assert timing.method == "cuda events, L2 flushed"
+    assert timing.peak_mem_bytes > 0
