@@ -48,7 +48,9 @@ def roofline(frame: pd.DataFrame, facts: DeviceFacts, ax=None):
         return _empty(ax, "roofline: GEMM or bandwidth not measured (see skipped records)")
     intensity = gemm["flops"] / gemm["bytes"]
     bw = mem["gbps"].max()
-    xs = np.logspace(np.log10(max(intensity.min() / 8, 0.1)), np.log10(intensity.max() * 8), 200)
+    ridge = gemm["tflops"].max() * 1e3 / bw  # FLOP/byte where the measured ceilings meet
+    low, high = min(intensity.min(), ridge) / 8, max(intensity.max(), ridge) * 8
+    xs = np.logspace(np.log10(low), np.log10(high), 200)
     for dtype, group in gemm.groupby("dtype"):
         peak = group["tflops"].max() * 1e3
         line = ax.plot(xs, np.minimum(peak, xs * bw), label=f"measured ceiling {dtype}")[0]

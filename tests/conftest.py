@@ -19,7 +19,7 @@ def cpu_facts():
     return DeviceFacts(backend="cpu", device="cpu", name="Test CPU", compute_units=2, compute_unit_kind="threads")
 
 
-def write_notebook(path, *sources, parameters="n: int = 1  # a size"):
+def _write_notebook(path, *sources, parameters="n: int = 1  # a size"):
     """A notebook whose first code cell is the tagged `parameters` cell, then `sources`."""
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
     nb.cells = [nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]})]
@@ -34,18 +34,24 @@ save_records([{kind}("t", "c", "i", "no device here", facts=device_facts())], "{
 
 
 @pytest.fixture
-def workbook(tmp_path):
+def write_notebook():
+    return _write_notebook
+
+
+@pytest.fixture(scope="module")
+def workbook(tmp_path_factory):
     """notebooks/ with one notebook per runner outcome, and parameters/ naming them all."""
-    nbs, params = tmp_path / "notebooks", tmp_path / "parameters"
+    root = tmp_path_factory.mktemp("workbook")
+    nbs, params = root / "notebooks", root / "parameters"
     nbs.mkdir()
     params.mkdir()
-    write_notebook(nbs / "good.ipynb", "print(n * 2)",
+    _write_notebook(nbs / "good.ipynb", "print(n * 2)",
                    "from kernel_lib.records import save_records\nsave_records([], 'good')")
-    write_notebook(nbs / "raises.ipynb", "x = 1", "raise ValueError('broken on purpose')")
-    write_notebook(nbs / "sleeps.ipynb", "import time\ntime.sleep(60)")
-    write_notebook(nbs / "exits.ipynb", "import os\nos._exit(3)")
-    write_notebook(nbs / "absent.ipynb", SAVE.format(kind="skipped", name="absent"))
+    _write_notebook(nbs / "raises.ipynb", "x = 1", "raise ValueError('broken on purpose')")
+    _write_notebook(nbs / "sleeps.ipynb", "import time\ntime.sleep(60)")
+    _write_notebook(nbs / "exits.ipynb", "import os\nos._exit(3)")
+    _write_notebook(nbs / "absent.ipynb", SAVE.format(kind="skipped", name="absent"))
     (params / "all.yaml").write_text(
         "workbook:\n  notebooks: [good, raises, sleeps, exits, absent]\n  cell_timeout_s: 5\nn: 21\n"
     )
-    return tmp_path
+    return root

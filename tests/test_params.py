@@ -3,11 +3,9 @@ import pytest
 from kernel_lib import params
 from kernel_lib.params import ParameterError, load_plan, notebook_defaults, parse_override
 
-from conftest import write_notebook
-
 
 @pytest.fixture
-def dirs(tmp_path):
+def dirs(tmp_path, write_notebook):
     nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
     nbs.mkdir()
     prm.mkdir()

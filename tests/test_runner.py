@@ -13,14 +13,10 @@ def load(workbook, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    from conftest import workbook as make_workbook  # the fixture body, reused once for the module
-
-    root = tmp_path_factory.mktemp("wb")
-    wb = make_workbook.__wrapped__(root)
-    out = root / "outputs" / "all"
-    results = {r.notebook: r for r in runner.run_plan(load(wb), out, progress=False)}
-    return wb, out, results
+def report(workbook):
+    out = workbook / "outputs" / "all"
+    results = {r.notebook: r for r in runner.run_plan(load(workbook), out, progress=False)}
+    return workbook, out, results
 
 
 def test_each_outcome_is_classified(report):
