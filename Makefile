@@ -25,8 +25,13 @@ $(STAMP): requirements.txt | $(PY)
 
 setup: $(STAMP)
 
+# TPU platforms need torch_xla, which lives in its own environment (see the XLA block below).
+ifneq ($(filter gcp-tpu-% xla-cpu,$(PLATFORM)),)
+report: xla-report
+else
 report: setup
 	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM))
+endif
 
 test: setup
 	$(PY) -m pytest tests
@@ -43,3 +48,41 @@ lab: setup
 
 clean:
 	rm -rf $(VENV) .cache
+
+# ---------------------------------------------------------------------------------------------------
+# XLA / TPU (backend_tpu): torch_xla X.Y needs torch X.Y, so it gets its own venv from
+# requirements-tpu.txt (~3 min, ~4 GB download, ~7 GB on disk the first time).
+#   make xla-test                                  TPU notebook on XLA:CPU + XLA unit tests (.ci/xla)
+#   make xla-report PLATFORM=gcp-tpu-v5e           on a TPU VM: adds torch-xla[tpu] (libtpu), PJRT_DEVICE=TPU
+XLA_VENV := .venv-xla
+XLA_PY := $(XLA_VENV)/bin/python
+XLA_PLATFORM := $(or $(PLATFORM),xla-cpu)
+XLA_EXTRA ?= $(if $(filter gcp-tpu-%,$(XLA_PLATFORM)),tpu)
+XLA_PJRT ?= $(if $(filter gcp-tpu-%,$(XLA_PLATFORM)),TPU,CPU)
+XLA_VERSION := $(shell sed -n 's/^torch-xla==\([0-9.]*\).*/\1/p' requirements-tpu.txt)
+XLA_STAMP := $(XLA_VENV)/.installed$(if $(XLA_EXTRA),-$(XLA_EXTRA))
+
+.PHONY: xla-setup xla-test xla-report
+
+$(XLA_PY):
+	$(PYTHON) -m venv $(XLA_VENV)
+	echo '*' > $(XLA_VENV)/.gitignore
+
+$(XLA_STAMP): requirements-tpu.txt | $(XLA_PY)
+	$(XLA_PY) -m pip install --disable-pip-version-check -q -r requirements-tpu.txt \
+	  $(if $(XLA_EXTRA),"torch-xla[$(XLA_EXTRA)]==$(XLA_VERSION)")
+	$(XLA_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  | xargs -I{} sh -c 'echo "$(CURDIR)" > {}/kernel_workbook.pth'
+	$(XLA_PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
+	  --display-name "Python ($(KERNEL), torch_xla)" --env TORCHINDUCTOR_CACHE_DIR "$(TORCHINDUCTOR_CACHE_DIR)"
+	touch $@
+
+xla-setup: $(XLA_STAMP)
+
+# The report goes to .cache/ (a CI check, not a committed report); `make xla-report` writes outputs/.
+xla-test: xla-setup
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q tests/backends
+	PJRT_DEVICE=CPU $(XLA_PY) -m kernel_lib run --platform xla-cpu --out .cache/xla-cpu
+
+xla-report: xla-setup
+	PJRT_DEVICE=$(XLA_PJRT) $(XLA_PY) -m kernel_lib run --platform $(XLA_PLATFORM)

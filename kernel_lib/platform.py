@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform as _py_platform
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -170,6 +171,11 @@ def device_facts(backend: str | None = None) -> DeviceFacts:
     )
 
 
+def _names(needle: str, name: str) -> bool:
+    """`needle` occurs in `name` as whole words."""
+    return re.search(rf"(?<![\w]){re.escape(needle)}(?![\w])", name, re.IGNORECASE) is not None
+
+
 @dataclass(frozen=True)
 class Datasheet:
     """Vendor peak figures (dense, no sparsity). Never a measurement: always shown as 'datasheet'."""
@@ -183,7 +189,7 @@ class Datasheet:
     source: str
 
 
-# Matched by substring of the device name, first match wins (so "H100 PCIe" precedes "H100").
+# Matched by whole words of the device name, first match wins (so "H100 PCIe" precedes "H100").
 # Sources: ../shared/research/perf_anchors.md section 0 and the vendors' datasheets it cites.
 DATASHEETS = (
     Datasheet("H100 PCIe", 756, 1513, 51, 2000, 80, "NVIDIA H100 datasheet (PCIe), dense"),
@@ -193,7 +199,7 @@ DATASHEETS = (
     Datasheet("L4", 121, 242, 30, 300, 24, "NVIDIA L4 datasheet, dense (half the sparse figure)"),
     Datasheet("A10G", None, None, None, 600, 24, "AWS g5 A10G: memory only (no NVIDIA datasheet)"),
     Datasheet("MI300X", 1307, 2615, 163, 5300, 192, "AMD Instinct MI300X datasheet, dense"),
-    Datasheet("TPU v5e", 197, None, None, 819, 16, "Google Cloud TPU v5e documentation"),
+    Datasheet("v5litepod", 197, None, None, 819, 16, "Google Cloud TPU v5e documentation"),
     Datasheet("Max 1550", None, None, None, 3277, 128, "Intel Data Center GPU Max 1550 datasheet"),
 )
 
@@ -201,16 +207,17 @@ DATASHEETS = (
 def datasheet_for(device_name: str) -> Datasheet | None:
     """The datasheet whose name occurs in `device_name`, or None ("unknown", e.g. this CPU)."""
     for sheet in DATASHEETS:
-        if sheet.name.lower() in device_name.lower():
+        if _names(sheet.name, device_name):
             return sheet
     return None
 
 
-# Device-name substring -> parameters/<platform>.yaml, per backend.
+# Device-name word(s) -> parameters/<platform>.yaml, per backend ("L4" must not match "L40S").
 _PLATFORM_BY_NAME = {
     "nvidia": (("H200", "h200"), ("H100", "h100"), ("L4", "gcp-l4"), ("A10G", "aws-a10g")),
     "amd": (("MI300X", "amd-mi300x"),),
     "xpu": (("Max 1550", "intel-max1550"),),
+    "tpu": (("v5litepod", "gcp-tpu-v5e"), ("v5e", "gcp-tpu-v5e")),
 }
 
 
@@ -219,12 +226,10 @@ def detect_platform(facts: DeviceFacts | None = None) -> str:
     facts = facts or device_facts()
     if facts.backend == "cpu":
         return "cpu"
-    if facts.backend == "tpu":
-        return "gcp-tpu-v5e"
     if facts.backend == "xla":
         return "xla-cpu"
     for needle, platform in _PLATFORM_BY_NAME.get(facts.backend, ()):
-        if needle.lower() in facts.name.lower():
+        if _names(needle, facts.name):
             return platform
     raise ValueError(
         f"no parameter file matches {facts.backend} device {facts.name!r}; "

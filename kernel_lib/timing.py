@@ -85,7 +85,8 @@ def time_fn(
 
     Runs `warmup` untimed calls, then `reps` timed calls, or (reps=None) as many as fit in
     `min_time_s`, at least 5 and at most `max_reps`. CUDA/ROCm use device events around each call;
-    other backends synchronise and read `time.perf_counter`. `flush_cache` zeroes a 512 MiB buffer
+    other backends synchronise and read `time.perf_counter`. Each call's result is held until that
+    sync: on a lazy device (XLA) a result dropped before the sync is never computed. `flush_cache` zeroes a 512 MiB buffer
     before each GPU rep so every rep starts with a cold L2 (the zeroing is outside the timed span).
     """
     if reps is not None and reps < 1:
@@ -98,15 +99,18 @@ def time_fn(
     if flush_cache and kind in ("cuda", "xpu"):
         flush = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device=device)
 
+    result = None
     for _ in range(warmup):
-        fn()
+        result = fn()
     synchronize(device)
+    del result
     _reset_peak_memory(kind, device)
 
     if reps is None:
         start = time.perf_counter()
-        fn()
+        result = fn()
         synchronize(device)
+        del result
         once = max(time.perf_counter() - start, 1e-7)
         reps = int(min(max_reps, max(5, min_time_s / once)))
 
@@ -119,9 +123,10 @@ def time_fn(
                 flush.zero_()
                 synchronize(device)
             start = time.perf_counter()
-            fn()
+            result = fn()
             synchronize(device)
             samples.append((time.perf_counter() - start) * 1e3)
+            del result
     if flush is not None:
         method += ", L2 flushed"
 

@@ -5,10 +5,15 @@ import os
 import matplotlib
 import nbformat
 import pytest
+import torch
 
 from kernel_lib.platform import DeviceFacts
 
 matplotlib.use("Agg")
+if not torch.cuda.is_available():
+    # Triton runs here only under its interpreter, which must be on before triton is first imported
+    # (by torch.compile or a kernel module): triton's own tl.* helpers are @jit-decorated at import.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "inductor"))
 
 KERNEL = {"name": "kernel-workbook", "display_name": "Python (kernel-workbook)", "language": "python"}

@@ -46,13 +46,22 @@ def test_platform_by_device_name(name, expected):
     assert detect_platform(DeviceFacts(backend="nvidia", device="cuda:0", name=name)) == expected
 
 
+def test_l40s_is_not_an_l4():
+    with pytest.raises(ValueError, match="L40S"):
+        detect_platform(DeviceFacts(backend="nvidia", device="cuda:0", name="NVIDIA L40S"))
+    assert datasheet_for("NVIDIA L40S") is None
+
+
+
 def test_unknown_gpu_names_the_device():
     with pytest.raises(ValueError, match="A100"):
         detect_platform(DeviceFacts(backend="nvidia", device="cuda:0", name="NVIDIA A100-SXM4-80GB"))
 
 
 def test_xla_platforms():
-    assert detect_platform(DeviceFacts(backend="tpu", device="xla:0", name="XLA:TPU")) == "gcp-tpu-v5e"
+    assert detect_platform(DeviceFacts(backend="tpu", device="xla:0", name="XLA:TPU v5litepod-8")) == "gcp-tpu-v5e"
+    with pytest.raises(ValueError, match="v4-8"):
+        detect_platform(DeviceFacts(backend="tpu", device="xla:0", name="XLA:TPU v4-8"))
     assert detect_platform(DeviceFacts(backend="xla", device="xla:0", name="XLA:CPU")) == "xla-cpu"
 
 

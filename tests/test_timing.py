@@ -1,4 +1,5 @@
 import time
+import weakref
 
 import pytest
 import torch
@@ -31,6 +32,23 @@ def test_warmup_calls_are_not_timed():
     calls = []
     time_fn(lambda: calls.append(1), warmup=4, reps=6)
     assert len(calls) == 4 + 6
+
+
+def test_each_result_lives_until_the_sync(monkeypatch):
+    """A lazy device (XLA) computes only what is still referenced when it synchronises."""
+    from kernel_lib import timing as harness
+
+    alive_at_sync = []
+    refs = []
+
+    def make():
+        out = torch.zeros(1)
+        refs.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(harness, "synchronize", lambda device: alive_at_sync.append(refs[-1]() is not None))
+    time_fn(make, warmup=2, reps=3)
+    assert alive_at_sync and all(alive_at_sync)
 
 
 def test_percentile_interpolates():

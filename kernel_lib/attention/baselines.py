@@ -1,0 +1,108 @@
+"""Baselines beside flex: SDPA with one backend forced, FlashAttention-2/3 when installed, and
+the naive materialised-scores reference. A backend that cannot take the case raises
+`BackendUnavailable(reason)`; nothing here ever falls back to another backend.
+
+Legend: B batch, H heads, S sequence length, D head dim. All take q, k, v: (B, H, S, D).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from kernel_lib.attention.patterns import PatternConfig
+from kernel_lib.attention.reference import (
+    attention_reference,
+    dense_bias,
+    dense_mask,
+    dense_softcap,
+    sdpa_mask,
+)
+
+SDPA_BACKENDS = {
+    "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+    "sdpa_math": SDPBackend.MATH,
+}
+FLASH_ATTN_MODULES = {"flash_attn_2": "flash_attn", "flash_attn_3": "flash_attn_interface"}
+
+
+class BackendUnavailable(Exception):
+    """This backend cannot run this case here; str(exc) is the one-line reason."""
+
+
+def sdpa_inputs(config: PatternConfig, seq_len: int, num_heads: int, *, dtype, device) -> dict:
+    """SDPA keyword arguments expressing the pattern: is_causal, or a dense attn_mask."""
+    if dense_softcap(config) is not None:
+        raise BackendUnavailable("soft-capping acts on q.k inside softmax; SDPA has no hook")
+    if config.name == "full":
+        return {}
+    if config.name == "causal":
+        return {"is_causal": True}  # the flag, not a mask, so the flash kernels can take it
+    return {"attn_mask": sdpa_mask(config, seq_len, num_heads, dtype, device=device)}
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, *, backend: str, sdpa_kwargs: dict) -> Tensor:
+    """F.scaled_dot_product_attention restricted to `backend` (a key of SDPA_BACKENDS)."""
+    if backend not in SDPA_BACKENDS:
+        raise ValueError(f"backend={backend!r} is unknown; valid: {', '.join(SDPA_BACKENDS)}")
+    with warnings.catch_warnings(record=True) as caught, sdpa_kernel([SDPA_BACKENDS[backend]]):
+        warnings.simplefilter("always")
+        try:
+            return F.scaled_dot_product_attention(q, k, v, **sdpa_kwargs)
+        except RuntimeError as error:  # "No available kernel" / "No viable backend"
+            why = " ".join(" ".join(str(w.message).split()) for w in caught) or str(error)
+            reason = f"{backend} has no kernel for this case on {q.device.type}: {why}"
+            raise BackendUnavailable(reason[:300]) from None
+
+
+def flash_attn_function(version: str):
+    """`flash_attn_func` of FlashAttention-2 or -3, or BackendUnavailable if not installed."""
+    if version not in FLASH_ATTN_MODULES:
+        raise ValueError(f"version={version!r} is unknown; valid: {', '.join(FLASH_ATTN_MODULES)}")
+    module = FLASH_ATTN_MODULES[version]
+    if importlib.util.find_spec(module) is None:
+        raise BackendUnavailable(f"not installed ({module})")
+    return importlib.import_module(module).flash_attn_func
+
+
+def flash_attn_kwargs(config: PatternConfig, num_heads: int, device) -> dict:
+    """The pattern in FlashAttention's own terms, or BackendUnavailable if it has none."""
+    window = config.window
+    if config.name == "full":
+        return {}
+    if config.name == "causal":
+        return {"causal": True}
+    if config.name == "sliding_window":
+        return {"window_size": (window, window)}
+    if config.name == "causal_sliding_window":
+        return {"causal": True, "window_size": (window, 0)}
+    if config.name == "softcap":
+        return {"causal": True, "softcap": config.softcap}
+    raise BackendUnavailable(f"FlashAttention's API cannot express pattern {config.name}")
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, *, version: str, fa_kwargs: dict) -> Tensor:
+    """FlashAttention-2/3 on (B, H, S, D) inputs (it takes (B, S, H, D)); fp16/bf16, CUDA only."""
+    fn = flash_attn_function(version)
+    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16):
+        raise BackendUnavailable(f"{version} needs fp16/bf16 on CUDA, got {q.dtype} on {q.device}")
+    out = fn(*(t.transpose(1, 2) for t in (q, k, v)), **fa_kwargs)
+    out = out[0] if isinstance(out, tuple) else out  # some FA3 releases also return the LSE
+    return out.transpose(1, 2)
+
+
+def attention_naive(q: Tensor, k: Tensor, v: Tensor, config: PatternConfig) -> Tensor:
+    """The materialised-scores reference in the input dtype: the cost flex avoids."""
+    S, H = q.shape[-2], q.shape[1]
+    mask = dense_mask(config, S).to(q.device)
+    bias = dense_bias(config, S, H, dtype=q.dtype, device=q.device)
+    return attention_reference(
+        q, k, v, mask=mask, bias=bias, softcap=dense_softcap(config), compute_dtype=q.dtype
+    )

@@ -1,0 +1,192 @@
+"""Compiled FlexAttention: one `torch.compile(flex_attention)` per process, block masks cached per
+(pattern, S, device, block size), compiles counted so a recompile is never silent.
+
+Legend: B batch, H heads, S sequence length, D head dim.
+Eager flex_attention materialises the full score matrix (the seed system's 0.05x, research
+seed_system.md 2.3); this module only ever calls the compiled function.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch._dynamo.utils import counters
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+from kernel_lib.attention.patterns import AttentionPattern, PatternConfig, build_pattern
+from kernel_lib.timing import Timing, time_fn
+
+# One list for every device so CPU and GPU runs compare: Triton's tl.arange needs powers of two.
+HEAD_DIMS = (16, 32, 64, 128, 256)
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# Device types torch's flex_attention accepts (torch.nn.attention.flex_attention._validate_device).
+DEVICE_TYPES = ("cuda", "cpu", "xpu", "hpu", "mps")
+# Every (pattern, shape) pair is its own graph; past Dynamo's default limit of 8 a non-fullgraph
+# compile would silently run eager flex. fullgraph=True turns that into an error; this raises it.
+_RECOMPILE_LIMIT = 512
+
+
+@functools.cache
+def compiled_flex_attention():
+    """The process-wide compiled flex_attention (static shapes, whole graph or an error).
+
+    Raises Dynamo's recompile limits once for the process: patching them around every call
+    instead costs ~0.5 ms per call, which would be charged to flex in every timing.
+    """
+    dynamo = torch._dynamo.config
+    dynamo.recompile_limit = max(dynamo.recompile_limit, _RECOMPILE_LIMIT)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, _RECOMPILE_LIMIT)
+    return torch.compile(flex_attention, fullgraph=True, dynamic=False)
+
+
+def compiled_graphs() -> int:
+    """Graphs Dynamo has compiled in this process so far (first compiles and recompiles)."""
+    return counters["stats"]["unique_graphs"]
+
+
+@functools.lru_cache(maxsize=128)
+def _pattern(config: PatternConfig, seq_len: int, num_heads: int, device: str) -> AttentionPattern:
+    return build_pattern(config, seq_len=seq_len, num_heads=num_heads, device=device)
+
+
+@functools.lru_cache(maxsize=128)
+def _block_mask(config: PatternConfig, seq_len: int, device: str, block_size: int) -> BlockMask:
+    pattern = _pattern(config, seq_len, 1, device)
+    # B=None, H=None: one mask broadcast over batch and heads (no pattern here depends on them).
+    return create_block_mask(
+        pattern.mask_mod, None, None, seq_len, seq_len, device=device, BLOCK_SIZE=block_size
+    )
+
+
+def block_mask_for(
+    config: PatternConfig, seq_len: int, *, device: torch.device | str, block_size: int = 128
+) -> BlockMask | None:
+    """The cached BlockMask of `config` (None for patterns without a mask: attend everywhere)."""
+    _check_block_size(block_size)
+    if not config.uses_mask:
+        return None
+    return _block_mask(config, seq_len, str(torch.device(device)), block_size)
+
+
+def block_sparsity(
+    config: PatternConfig, seq_len: int, *, block_size: int = 128, device="cpu"
+) -> float:
+    """Percent of (query block, key block) tiles the kernel skips entirely (0 for no mask).
+
+    Counted over ceil(S / block)^2 tiles (BlockMask.sparsity() divides by the unpadded S and
+    goes negative when S is not a multiple of the block size).
+    """
+    mask = block_mask_for(config, seq_len, device=device, block_size=block_size)
+    if mask is None:
+        return 0.0
+    visited = mask.kv_num_blocks.sum() + mask.full_kv_num_blocks.sum()
+    tiles = math.ceil(seq_len / block_size) ** 2
+    return 100.0 * (1.0 - float(visited) / tiles)
+
+
+class FirstCall(NamedTuple):
+    """The first call of one (pattern, shape, dtype, device, block size): compile + one run."""
+
+    pattern: str
+    shape: tuple[int, ...]
+    dtype: str
+    block_size: int
+    timing: Timing  # one rep, no warm-up
+    new_graphs: int  # 0 when an earlier compile (or the inductor cache) covered it
+
+
+_FIRST_CALLS: dict[tuple, FirstCall] = {}
+
+
+def first_call(config: PatternConfig, q: Tensor, *, block_size: int = 128) -> FirstCall | None:
+    """The logged first call of `config` on inputs shaped like q, or None if not yet called."""
+    return _FIRST_CALLS.get((config, tuple(q.shape), q.dtype, str(q.device), block_size))
+
+
+def first_calls() -> list[FirstCall]:
+    """Every first call of this process, in order (the compile-time log)."""
+    return list(_FIRST_CALLS.values())
+
+
+class CacheInfo(NamedTuple):
+    block_mask_hits: int
+    block_mask_misses: int
+    compiled_graphs: int
+
+
+def cache_info() -> CacheInfo:
+    """Block-mask cache hits/misses and graphs compiled, for reporting recompiles."""
+    info = _block_mask.cache_info()
+    return CacheInfo(info.hits, info.misses, compiled_graphs())
+
+
+def _check_block_size(block_size: int) -> None:
+    if block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"block_size={block_size} must be a power of two >= 16")
+
+
+def check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """ValueError/TypeError/NotImplementedError for inputs flex_attention_compiled can't take."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name}.shape={tuple(t.shape)} must be (B, H, S, D)")
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(
+            f"q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)} "
+            "must match (self-attention patterns are defined on S x S)"
+        )
+    if q.dtype not in FLOAT_DTYPES or not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"dtype={q.dtype} must be one of {FLOAT_DTYPES}, the same for q, k, v")
+    if q.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"head_dim={q.shape[-1]} must be one of {HEAD_DIMS}")
+    if q.shape[-2] < 1:
+        raise ValueError(f"seq_len={q.shape[-2]} must be >= 1")
+    if q.device.type not in DEVICE_TYPES or not (q.device == k.device == v.device):
+        raise ValueError(f"device={q.device} must be one of {DEVICE_TYPES}, the same for q, k, v")
+    if q.device.type == "cpu" and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            f"backward: FlexAttention has no CPU backward in torch {torch.__version__} "
+            "(inference only); run backward on a GPU"
+        )
+
+
+def flex_attention_compiled(
+    q: Tensor, k: Tensor, v: Tensor, config: PatternConfig, *, block_size: int = 128
+) -> Tensor:
+    """Compiled flex_attention of q, k, v: (B, H, S, D) under `config`'s mask and score_mod.
+
+    fp32/bf16/fp16 in, same dtype out (softmax accumulates in fp32). The first call for a new
+    (pattern, shape, block size) compiles (seconds) and is logged (see first_calls); later
+    calls reuse the kernel and block mask.
+    """
+    if not isinstance(config, PatternConfig):
+        raise TypeError(f"config must be a PatternConfig, got {type(config).__name__}")
+    check_inputs(q, k, v)
+    _check_block_size(block_size)
+    _, H, S, _ = q.shape
+    device = str(q.device)
+    pattern = _pattern(config, S, H, device)
+    block_mask = block_mask_for(config, S, device=device, block_size=block_size)
+    call = functools.partial(
+        compiled_flex_attention(), q, k, v, score_mod=pattern.score_mod, block_mask=block_mask
+    )
+    key = (config, tuple(q.shape), q.dtype, device, block_size)
+    if key in _FIRST_CALLS:
+        return call()
+    graphs, result = compiled_graphs(), []
+    timing = time_fn(lambda: result.append(call()), device=q.device, warmup=0, reps=1)
+    _FIRST_CALLS[key] = FirstCall(
+        config.name,
+        tuple(q.shape),
+        str(q.dtype).removeprefix("torch."),
+        block_size,
+        timing,
+        compiled_graphs() - graphs,
+    )
+    return result[0]

@@ -1,0 +1,62 @@
+"""Score patterns as FlexAttention `score_mod`s: (score, b, h, q_idx, kv_idx) -> new score.
+
+Legend: B batch, H heads, S sequence length, D head dim. `score` is q.k * scale before softmax.
+attention-gym `attn_gym/mods/` has ALiBi and soft-capping; the relative-position bias here is a
+real learned-table lookup (the seed system's was a no-op, see research/seed_system.md 3.3).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def alibi_slopes(num_heads: int, device: torch.device | str = "cpu") -> Tensor:
+    """Per-head slopes 2^(-8 (h + 1) / H), h = 0..H-1 (Press et al. 2021, arXiv 2108.12409)."""
+    exponents = torch.arange(1, num_heads + 1, dtype=torch.float32, device=device)
+    return torch.exp2(-8.0 * exponents / num_heads)
+
+
+def alibi(slopes: Tensor) -> ScoreMod:
+    """Linear distance penalty slope_h * (kv - q); slopes: (H,) float."""
+
+    def alibi_score(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return alibi_score
+
+
+def relative_position_bias(table: Tensor, max_distance: int) -> ScoreMod:
+    """Learned bias table[h, clamp(kv - q, -M, M) + M]; table: (H, 2M + 1) (Shaw et al. 2018)."""
+
+    def relative_position_score(score, b, h, q_idx, kv_idx):
+        offset = (kv_idx - q_idx).clamp(-max_distance, max_distance) + max_distance
+        return score + table[h, offset]
+
+    return relative_position_score
+
+
+def softcap(cap: float) -> ScoreMod:
+    """Gemma-2 logit soft-capping: cap * tanh(score / cap) keeps every score in (-cap, cap)."""
+
+    def softcap_score(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    return softcap_score
+
+
+def combine(*mods: ScoreMod) -> ScoreMod:
+    """Apply score_mods left to right (e.g. a bias, then soft-capping)."""
+    if not mods:
+        raise ValueError("mods=() must name at least one score_mod")
+
+    def combined_score(score, b, h, q_idx, kv_idx):
+        for mod in mods:
+            score = mod(score, b, h, q_idx, kv_idx)
+        return score
+
+    return combined_score

@@ -1,0 +1,131 @@
+"""Figures for the FlexAttention notebook, each drawn from records (`records.to_frame`).
+
+Legend: B batch, H heads, S sequence length, D head dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from kernel_lib.attention.patterns import PatternConfig, materialise
+
+FLEX = "flex_attention_compiled"
+
+
+def _ok(frame: pd.DataFrame, section: str) -> pd.DataFrame:
+    return frame[(frame["status"] == "ok") & (frame["metrics.section"] == section)]
+
+
+def plot_masks(
+    configs: list[PatternConfig], *, seq_len: int, num_heads: int, max_seq_len: int = 2048
+):
+    """One panel per pattern at the benchmark's S (at most `max_seq_len`, to bound the dense
+    S x S images): attended pairs dark; a bias coloured (head 0). Large S is averaged down to the
+    panel's pixels, so fine structure (dilation) shows as grey.
+    """
+    seq_len = min(seq_len, max_seq_len)
+    cols = min(4, len(configs))
+    rows = math.ceil(len(configs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False)
+    for ax, config in zip(axes.flat, configs):
+        mask, bias = materialise(config, seq_len=seq_len, num_heads=num_heads)
+        if bias is None:
+            ax.imshow(mask.float().numpy(), cmap="Blues", vmin=0, vmax=1)
+        else:
+            ax.imshow(bias[0].masked_fill(~mask, float("nan")).numpy(), cmap="viridis")
+        ax.set_title(config.name, fontsize=9)
+        ax.set_xlabel("key position", fontsize=8)
+        ax.set_ylabel("query position", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(configs) :]:
+        ax.axis("off")
+    fig.suptitle(f"Attention patterns at S={seq_len} (colour: bias of head 0 where present)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_pattern_times(frame: pd.DataFrame):
+    """Forward time per pattern, one bar per implementation that ran (log scale)."""
+    data = _ok(frame, "patterns").pivot_table(
+        index="case", columns="implementation", values="median_ms", sort=False
+    )
+    ax = data.plot.bar(figsize=(11, 4), logy=True, width=0.8)
+    ax.set_ylabel("forward median (ms, log)")
+    ax.set_xlabel("pattern")
+    ax.set_title("Forward time per pattern and implementation (lower is better)")
+    ax.legend(fontsize=8, ncol=3)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def plot_pattern_tflops(frame: pd.DataFrame):
+    """TFLOP/s per pattern: each implementation on the pattern's needed work, and flex's
+    dense-equivalent rate (what the same time would mean if all S^2 pairs were computed)."""
+    ok = _ok(frame, "patterns")
+    data = ok.pivot_table(index="case", columns="implementation", values="tflops", sort=False)
+    flex = ok[ok["implementation"] == FLEX].set_index("case")["metrics.dense_tflops"]
+    data[f"{FLEX} (dense-equivalent)"] = flex
+    ax = data.plot.bar(figsize=(11, 4), width=0.8)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_xlabel("pattern")
+    ax.set_title("Throughput per pattern: needed work (bars) and flex dense-equivalent")
+    ax.legend(fontsize=8, ncol=3)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def plot_window_speedup(frame: pd.DataFrame):
+    """Causal flex time / causal-sliding-window flex time vs window, with the FLOP-ratio ideal."""
+    data = _ok(frame, "window_sweep").dropna(subset=["metrics.speedup_vs_causal"])
+    data = data.sort_values("metrics.window")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(data["metrics.window"], data["metrics.speedup_vs_causal"], "o-", label="measured")
+    ax.plot(
+        data["metrics.window"], data["metrics.ideal_speedup"], "k--", label="ideal (FLOP ratio)"
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("window (tokens)")
+    ax.set_ylabel("speedup over causal flex")
+    ax.set_title("Speedup from sparsity: causal sliding window vs causal")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_compile_times(frame: pd.DataFrame):
+    """Seconds of each flex first call (compile + one run); label = graphs it compiled."""
+    data = _ok(frame, "compile")
+    labels = [
+        f"{c.removesuffix('_first_call')} S={s}"
+        for c, s in zip(data["case"], data["shape.seq_len"])
+    ]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    bars = ax.bar(np.arange(len(data)), data["median_ms"] / 1e3)
+    ax.bar_label(bars, labels=[f"{int(g)}" for g in data["metrics.new_graphs"]], fontsize=7)
+    ax.set_xticks(np.arange(len(data)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("first call (s)")
+    ax.set_title("Flex first calls in call order (label: new graphs compiled)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_seq_sweep(frame: pd.DataFrame):
+    """Forward time vs sequence length, one line per implementation (log-log)."""
+    data = _ok(frame, "seq_sweep")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, group in data.groupby("implementation", sort=False):
+        group = group.sort_values("shape.seq_len")
+        ax.plot(group["shape.seq_len"], group["median_ms"], "o-", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length S")
+    ax.set_ylabel("forward median (ms)")
+    ax.set_title("Causal attention vs sequence length")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

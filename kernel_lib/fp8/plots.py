@@ -1,0 +1,65 @@
+"""FP8 figures, one function per figure, drawn from DataFrames (records, error tables, losses)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+
+def _ax(ax, size=(7, 4)):
+    return ax or plt.subplots(figsize=size)[1]
+
+
+def error_histogram(errors: pd.DataFrame, *, title: str = "", ax=None):
+    """Histogram of log10 per-element relative error, one outline per format. errors: columns
+    format, rel_error (nonzero inputs only; exact results sit at the 1e-6 floor, flushed ones at 0)."""
+    ax = _ax(ax)
+    bins = np.linspace(-6, 0.5, 66)
+    for fmt, group in errors.groupby("format", sort=False):
+        ax.hist(np.log10(group["rel_error"].clip(lower=1e-6)), bins=bins, histtype="step", label=fmt)
+    ax.set(xlabel="log10 relative error per element", ylabel="count", title=title)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def sqnr_bars(table: pd.DataFrame, *, metric: str = "median_row_sqnr_db", title: str = "", ax=None):
+    """`metric` (dB) bars: formats on x, one bar per granularity (from `quantization_error_table`)."""
+    ax = _ax(ax)
+    pivot = table.pivot(index="format", columns="granularity", values=metric).loc[table["format"].unique()]
+    pivot.plot.bar(ax=ax, rot=0)
+    ax.set(ylabel=f"{metric} (higher is better)", title=title or metric)
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def bandwidth_bars(frame: pd.DataFrame, *, ax=None):
+    """GB/s of each quantise implementation per case beside the copy measured in the same run
+    (dashed line: copy; the label gives each bar's fraction of it)."""
+    ax = _ax(ax)
+    ok = frame[frame["status"] == "ok"]
+    quant = ok[ok["case"].str.contains("quantize")]
+    copy = ok[ok["case"] == "copy"]["gbps"]
+    if quant.empty or copy.empty:
+        ax.text(0.5, 0.5, "nothing measured (see skipped records)", ha="center", transform=ax.transAxes)
+        return ax
+    labels = quant["case"] + "\n" + quant["implementation"]
+    bars = ax.bar(range(len(quant)), quant["gbps"])
+    ax.bar_label(bars, labels=[f"{f:.2f}x copy" for f in quant["fraction_of_peak"]], fontsize="small")
+    ax.axhline(copy.max(), ls="--", color="k", label=f"copy {copy.max():.1f} GB/s")
+    ax.set_xticks(range(len(quant)), labels, fontsize="x-small")
+    ax.set(ylabel="GB/s (x read + FP8 written)", title="Quantisation bandwidth vs copy")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def training_curves(losses: pd.DataFrame, *, smooth: int = 5, ax=None):
+    """Loss per step per run (rolling mean over `smooth` steps). losses: columns step, run, loss."""
+    ax = _ax(ax)
+    styles = ["-", "--", ":", "-."]  # the runs should overlap: dashes keep each visible
+    for i, (run, group) in enumerate(losses.groupby("run", sort=False)):
+        ax.plot(group["step"], group["loss"].rolling(smooth, min_periods=1).mean(), styles[i % 4], label=run)
+    ax.set(xlabel="step", ylabel=f"training loss (rolling mean of {smooth})", title="bf16 vs FP8 training")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax

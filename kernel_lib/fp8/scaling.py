@@ -1,0 +1,180 @@
+"""Scaling recipes: tensorwise, rowwise and 128x128 blockwise amax; dynamic and delayed (amax history) scales.
+
+Convention: a *quantisation* scale s maps x to x * s in FP8 range (s = fp8_max / amax); dequantisation,
+and `torch._scaled_mm`'s scale_a/scale_b, use the inverse 1 / s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+from kernel_lib.fp8.formats import Fp8Format, format_info
+
+BLOCK = 128  # DeepSeek-V3 style 128x128 weight blocks
+AMAX_EPS = 1e-12  # an all-zero tensor gets scale fp8_max / 1e-12 rather than inf (as torchao does)
+
+
+class Granularity(str, Enum):
+    TENSORWISE = "tensorwise"  # one scale: fastest, one outlier shrinks every value's resolution
+    ROWWISE = "rowwise"  # one scale per row (per token / per output channel): handles outlier rows
+    BLOCKWISE = "blockwise"  # one scale per 128x128 block of a 2-D tensor
+
+
+class ScalingMode(str, Enum):
+    DYNAMIC = "dynamic"  # amax of the tensor being cast, every call
+    DELAYED = "delayed"  # max over an amax history of earlier calls (Transformer Engine's recipe)
+
+
+GRANULARITIES = tuple(g.value for g in Granularity)
+MODES = tuple(m.value for m in ScalingMode)
+
+
+def granularity(value: str | Granularity) -> Granularity:
+    """The Granularity named by `value`; ValueError listing the valid names."""
+    if isinstance(value, Granularity):
+        return value
+    if value not in GRANULARITIES:
+        raise ValueError(f"granularity={value!r} must be one of {list(GRANULARITIES)}")
+    return Granularity(value)
+
+
+@dataclass(frozen=True)
+class ScalingRecipe:
+    """How one operand's scale is chosen."""
+
+    granularity: Granularity = Granularity.TENSORWISE
+    mode: ScalingMode = ScalingMode.DYNAMIC
+    history_len: int = 16  # delayed only: calls remembered; longer reacts slower to growing amax
+    margin: float = 0.0  # scale divided by 2**margin: headroom against amax growth (delayed)
+
+    def __post_init__(self):
+        object.__setattr__(self, "granularity", granularity(self.granularity))
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} must be one of {list(MODES)}")
+        object.__setattr__(self, "mode", ScalingMode(self.mode))
+        if self.history_len < 1:
+            raise ValueError(f"history_len={self.history_len} must be >= 1")
+        if not math.isfinite(self.margin) or self.margin < 0:
+            raise ValueError(f"margin={self.margin} must be finite and >= 0")
+        if self.mode is ScalingMode.DELAYED and self.granularity is not Granularity.TENSORWISE:
+            raise NotImplementedError(
+                f"delayed scaling is built for tensorwise only, not granularity={self.granularity.value!r}"
+            )
+
+
+RECIPES = {
+    "tensorwise_dynamic": ScalingRecipe(Granularity.TENSORWISE, ScalingMode.DYNAMIC),
+    "rowwise_dynamic": ScalingRecipe(Granularity.ROWWISE, ScalingMode.DYNAMIC),
+    "tensorwise_delayed": ScalingRecipe(Granularity.TENSORWISE, ScalingMode.DELAYED, history_len=16),
+}
+
+
+def scaling_recipe(name: str) -> ScalingRecipe:
+    """A named preset (exact name); ValueError listing the valid ones."""
+    if name not in RECIPES:
+        raise ValueError(f"recipe={name!r} must be one of {list(RECIPES)}")
+    return RECIPES[name]
+
+
+def scale_shape(shape: tuple[int, ...], gran: Granularity) -> tuple[int, ...]:
+    """Shape of the scale for a tensor of `shape`: (), (..., 1) or (ceil(M/128), ceil(K/128))."""
+    if gran is Granularity.TENSORWISE:
+        return ()
+    if gran is Granularity.ROWWISE:
+        return (*shape[:-1], 1)
+    return (math.ceil(shape[0] / BLOCK), math.ceil(shape[1] / BLOCK))
+
+
+def _pad_to_blocks(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    m, k = x.shape
+    return torch.nn.functional.pad(x, (0, -k % BLOCK, 0, -m % BLOCK), value=fill)
+
+
+def amax(x: torch.Tensor, gran: Granularity | str) -> torch.Tensor:
+    """max |x| per scaling group as fp32 (NaN/inf propagate). x: (..., K); blockwise needs (M, K)."""
+    gran = granularity(gran)
+    a = x.abs()
+    if gran is Granularity.TENSORWISE:
+        return a.amax().float()
+    if gran is Granularity.ROWWISE:
+        return a.amax(dim=-1, keepdim=True).float()
+    p = _pad_to_blocks(a)
+    blocks = p.reshape(p.shape[0] // BLOCK, BLOCK, p.shape[1] // BLOCK, BLOCK)
+    return blocks.amax(dim=(1, 3)).float()
+
+
+def scale_from_amax(amax: torch.Tensor, fmt: Fp8Format | str, *, margin: float = 0.0) -> torch.Tensor:
+    """Quantisation scale fp8_max / (amax * 2**margin) in fp32; amax is clamped to AMAX_EPS."""
+    fmax = format_info(fmt).max
+    denominator = amax.float().clamp(min=AMAX_EPS) * 2.0**margin
+    # torch.div, not `fmax / tensor`: Tensor.__rtruediv__ is reciprocal-then-multiply (two roundings)
+    return torch.div(torch.tensor(fmax, dtype=torch.float32, device=amax.device), denominator)
+
+
+def broadcast_scale(scale: torch.Tensor, shape: tuple[int, ...], gran: Granularity | str) -> torch.Tensor:
+    """`scale` expanded to one value per element of a tensor of `shape`."""
+    gran = granularity(gran)
+    if gran is not Granularity.BLOCKWISE:
+        return scale
+    full = scale.repeat_interleave(BLOCK, dim=0).repeat_interleave(BLOCK, dim=1)
+    return full[: shape[0], : shape[1]]
+
+
+def delayed_scale(history: torch.Tensor, amax_now: torch.Tensor, fmt: Fp8Format | str, *,
+                  margin: float = 0.0) -> torch.Tensor:
+    """Scale from the max of the amax history; the current amax only while the history is empty
+    (all zeros). No host sync: the choice is a `torch.where` on the device."""
+    past = history.amax()
+    reference = torch.where(past > 0, past, amax_now.float())
+    return scale_from_amax(reference, fmt, margin=margin)
+
+
+def push_amax(history: torch.Tensor, amax_now: torch.Tensor) -> None:
+    """Append `amax_now` to the history in place, dropping the oldest entry (non-finite ones too)."""
+    value = torch.nan_to_num(amax_now.float(), nan=0.0, posinf=0.0)
+    history.copy_(torch.cat([history[1:], value.reshape(1)]))
+
+
+@dataclass(frozen=True)
+class CastStats:
+    """What a cast would do to each element, counted BEFORE the cast: FP8 casts saturate silently
+    (e4m3fn maps even inf to 448) and flush tiny values to zero without a trace."""
+
+    numel: int
+    nan: int
+    inf: int
+    saturated: int  # finite x whose scaled value rounds past the format's max (clamped to +-max)
+    underflow: int  # nonzero finite x whose scaled value rounds to zero
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.inf
+
+    def as_dict(self) -> dict:
+        return {"numel": self.numel, "nan": self.nan, "inf": self.inf,
+                "saturated": self.saturated, "underflow": self.underflow}
+
+
+def cast_stats(x: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format | str,
+               gran: Granularity | str = Granularity.TENSORWISE) -> CastStats:
+    """Count NaN, inf, saturating and underflowing elements of x * scale for a cast to `fmt`."""
+    info = format_info(fmt)
+    finite = torch.isfinite(x)
+    scaled = x.float() * broadcast_scale(scale, tuple(x.shape), gran)
+    mag = scaled.abs()
+    # Round-to-nearest-even: exactly half the smallest subnormal rounds to 0 (the even neighbour).
+    tiny = (x != 0) & (mag <= info.min_subnormal / 2)
+    # Past max + half an ulp a value would round beyond max; up to there it rounds to max anyway
+    # (so amax * (max / amax) landing one fp32 ulp above max is not saturation).
+    overflow = info.max + 2.0 ** math.floor(math.log2(info.max)) * info.eps / 2
+    return CastStats(
+        numel=x.numel(),
+        nan=int(torch.isnan(x).sum()),
+        inf=int(torch.isinf(x).sum()),
+        saturated=int((finite & (mag > overflow)).sum()),
+        underflow=int((finite & tiny).sum()),
+    )

@@ -1,0 +1,71 @@
+"""Input factories for the attention tests: seeded q, k, v and random pattern configs."""
+
+import hypothesis.strategies as st
+import pytest
+import torch
+
+from kernel_lib.attention.patterns import PATTERNS, PatternConfig
+from kernel_lib.attention.shapes import AttentionShape, make_qkv
+
+# One odd shape shared by every compiled-flex test, so the process compiles each pattern once:
+# S=200 is not a multiple of the block size (64), D=16 is the smallest head dim flex takes.
+FLEX_SHAPE = AttentionShape(batch=2, heads=3, seq_len=200, head_dim=16)
+FLEX_BLOCK = 64
+# Documents at both edges: a one-token document first and last.
+EDGE_DOCS = (1, 150, 48, 1)
+
+
+@pytest.fixture
+def flex_qkv():
+    return make_qkv(FLEX_SHAPE, device="cpu", seed=0)
+
+
+def flex_config(name: str) -> PatternConfig:
+    """The config every compiled test uses for `name` (small window so the band is sparse)."""
+    return PatternConfig(
+        name,
+        window=17,
+        prefix_len=30,
+        doc_lengths=EDGE_DOCS,
+        num_global=5,
+        max_distance=20,
+        dilation=3,
+    )
+
+
+@st.composite
+def doc_lengths(draw, seq_len: int):
+    """Random document lengths summing to seq_len, often with 1-token documents at the edges."""
+    cuts = sorted(draw(st.sets(st.integers(1, max(seq_len - 1, 1)), max_size=5)))
+    cuts = [c for c in cuts if 0 < c < seq_len]
+    if seq_len > 2 and draw(st.booleans()):
+        cuts = sorted({1, seq_len - 1, *cuts})
+    bounds = [0, *cuts, seq_len]
+    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+@st.composite
+def pattern_cases(draw, max_seq_len: int = 97):
+    """(config, seq_len, num_heads) with odd lengths and edge-case numbers."""
+    seq_len = draw(st.integers(1, max_seq_len))
+    config = PatternConfig(
+        draw(st.sampled_from(PATTERNS)),
+        window=draw(st.integers(1, seq_len + 3)),
+        prefix_len=draw(st.integers(0, seq_len + 2)),
+        doc_lengths=draw(doc_lengths(seq_len)),
+        dilation=draw(st.integers(1, 5)),
+        num_global=draw(st.integers(0, 6)),
+        softcap=draw(st.floats(0.5, 50.0)),
+        max_distance=draw(st.integers(1, 40)),
+        seed=draw(st.integers(0, 3)),
+    )
+    return config, seq_len, draw(st.integers(1, 5))
+
+
+def qkv_for(seq_len: int, num_heads: int, *, batch: int = 2, head_dim: int = 16, seed: int = 0):
+    shape = AttentionShape(batch=batch, heads=num_heads, seq_len=seq_len, head_dim=head_dim)
+    return make_qkv(shape, device="cpu", seed=seed)
+
+
+def fp64(*tensors: torch.Tensor):
+    return tuple(t.double() for t in tensors)

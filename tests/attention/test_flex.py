@@ -1,0 +1,102 @@
+"""Compiled flex: every pattern vs the fp64 reference on one odd shape, cache hits on repeat
+calls, and bad inputs. One process-wide compiled function; each pattern compiles once."""
+
+import pytest
+import torch
+
+from kernel_lib.attention import flex
+from kernel_lib.attention.checks import reference_output
+from kernel_lib.attention.patterns import PATTERNS, PatternConfig
+
+from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_compiled_flex_matches_reference(name, flex_qkv):
+    config = flex_config(name)
+    out = flex.flex_attention_compiled(*flex_qkv, config, block_size=FLEX_BLOCK)
+    error = float((out.double() - reference_output(*flex_qkv, config)).abs().max())
+    assert error < 1e-5, f"{name}: max error {error:.2e} vs fp64 (fp32 in)"
+
+
+def test_repeat_call_hits_caches(flex_qkv):
+    config = flex_config("causal")
+    flex.flex_attention_compiled(*flex_qkv, config, block_size=FLEX_BLOCK)
+    before = flex.cache_info()
+    flex.flex_attention_compiled(*flex_qkv, config, block_size=FLEX_BLOCK)
+    after = flex.cache_info()
+    assert after.compiled_graphs == before.compiled_graphs, "a repeat call recompiled"
+    assert after.block_mask_hits == before.block_mask_hits + 1
+    assert after.block_mask_misses == before.block_mask_misses
+    first = flex.first_call(config, flex_qkv[0], block_size=FLEX_BLOCK)
+    assert first is not None and first.timing.reps == 1
+
+
+def test_new_window_reuses_the_kernel(flex_qkv):
+    flex.flex_attention_compiled(*flex_qkv, flex_config("sliding_window"), block_size=FLEX_BLOCK)
+    graphs = flex.compiled_graphs()
+    wider = PatternConfig("sliding_window", window=41)  # captured as a tensor: same kernel
+    flex.flex_attention_compiled(*flex_qkv, wider, block_size=FLEX_BLOCK)
+    assert flex.compiled_graphs() == graphs
+    assert flex.first_call(wider, flex_qkv[0], block_size=FLEX_BLOCK).new_graphs == 0
+
+
+def test_block_sparsity():
+    causal = flex.block_sparsity(flex_config("causal"), 256, block_size=64)
+    assert causal == pytest.approx(100 * 6 / 16)  # 4x4 tiles, the 6 above the diagonal skipped
+    assert flex.block_sparsity(flex_config("full"), 256, block_size=64) == 0.0
+    odd = flex.block_sparsity(flex_config("causal"), FLEX_SHAPE.seq_len, block_size=FLEX_BLOCK)
+    assert 0 < odd < 100  # never negative when S is not a multiple of the block
+
+
+def test_block_mask_is_cached_per_key():
+    config = flex_config("prefix_lm")
+    one = flex.block_mask_for(config, 96, device="cpu", block_size=32)
+    assert flex.block_mask_for(config, 96, device="cpu", block_size=32) is one
+    assert flex.block_mask_for(config, 96, device="cpu", block_size=64) is not one
+
+
+def test_backward_on_cpu_is_refused(flex_qkv):
+    q = flex_qkv[0].clone().requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="backward"):
+        flex.flex_attention_compiled(q, *flex_qkv[1:], flex_config("causal"))
+
+
+@pytest.mark.parametrize("head_dim", [8, 24, 48, 512])
+def test_unsupported_head_dim(head_dim):
+    q = torch.randn(1, 1, 8, head_dim)
+    with pytest.raises(ValueError, match=f"head_dim={head_dim}"):
+        flex.flex_attention_compiled(q, q, q, flex_config("causal"))
+
+
+def test_bad_shapes_and_types():
+    q = torch.randn(1, 2, 8, 16)
+    with pytest.raises(ValueError, match="k.shape"):
+        flex.flex_attention_compiled(q, torch.randn(1, 2, 9, 16), q, flex_config("causal"))
+    with pytest.raises(ValueError, match="q.shape"):
+        flex.flex_attention_compiled(q[0], q[0], q[0], flex_config("causal"))
+    with pytest.raises(ValueError, match="seq_len=0"):
+        empty = torch.randn(1, 2, 0, 16)
+        flex.flex_attention_compiled(empty, empty, empty, flex_config("causal"))
+    with pytest.raises(TypeError, match="dtype"):
+        half = q.to(torch.float64)
+        flex.flex_attention_compiled(half, half, half, flex_config("causal"))
+    with pytest.raises(TypeError, match="config"):
+        flex.flex_attention_compiled(q, q, q, "causal")
+
+
+@pytest.mark.parametrize("block_size", [0, 48, 8])
+def test_bad_block_size(block_size, flex_qkv):
+    with pytest.raises(ValueError, match=f"block_size={block_size}"):
+        flex.flex_attention_compiled(*flex_qkv, flex_config("causal"), block_size=block_size)
+
+
+def test_recompile_limit_raised_past_the_pattern_count():
+    flex.compiled_flex_attention()
+    assert torch._dynamo.config.recompile_limit >= 2 * len(PATTERNS)
+
+
+def test_unsupported_device():
+    q = torch.randn(1, 2, 8, 16, device="meta")
+    with pytest.raises(ValueError, match="device=meta"):
+        flex.flex_attention_compiled(q, q, q, flex_config("causal"))

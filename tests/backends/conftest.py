@@ -1,0 +1,61 @@
+"""Targets for the backend tests: this CPU (present), absent devices, and fake GPU properties."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from kernel_lib.backends.target import Target
+from kernel_lib.platform import DeviceFacts, device_facts
+
+
+@pytest.fixture
+def cpu_target() -> Target:
+    """The host CPU as a present target, also in the XLA venv (where the detected one is xla)."""
+    return Target("cpu", device_facts("cpu"), present=True)
+
+
+@pytest.fixture
+def absent():
+    """absent("nvidia") -> a Target that is not present, as on a machine without that device."""
+
+    def make(backend: str) -> Target:
+        facts = DeviceFacts(backend=backend, device="none", name=f"no {backend} device")
+        return Target(
+            backend, facts, present=False, reason=f"no {backend} device (this machine: cpu)"
+        )
+
+    return make
+
+
+def _gpu_properties(name: str, major: int, minor: int, **extra) -> SimpleNamespace:
+    return SimpleNamespace(
+        name=name,
+        major=major,
+        minor=minor,
+        total_memory=80 * 2**30,
+        multi_processor_count=132,
+        L2_cache_size=50 * 2**20,
+        **extra,
+    )
+
+
+@pytest.fixture
+def gpu_properties():
+    """gpu_properties(name, major, minor, **extra): what torch.cuda.get_device_properties returns,
+    for the fields the facts read."""
+    return _gpu_properties
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """fake_cuda(props, hip=None): torch.cuda reports one device with `props` (ROCm if hip set)."""
+    import torch
+
+    def install(props: SimpleNamespace, hip: str | None = None):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: props)
+        monkeypatch.setattr(torch.version, "hip", hip)
+        monkeypatch.setattr(torch.version, "cuda", None if hip else "12.8")
+        return props
+
+    return install

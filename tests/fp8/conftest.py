@@ -1,0 +1,29 @@
+"""Input factories for the fp8 tests: seeded tensors spanning many binades, with extremes."""
+
+import pytest
+import torch
+
+
+def wide_tensor(shape, *, seed=0, binades=(-8, 4)):
+    """N(0,1) times per-column magnitudes 10**lo .. 10**hi: normal, subnormal and underflowing values."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen)
+    return x * torch.logspace(*binades, shape[-1])
+
+
+def with_extremes(x):
+    """x with +-0, a huge and a tiny value written into its first elements (x must have >= 6)."""
+    flat = x.clone().reshape(-1)
+    flat[:6] = torch.tensor([0.0, -0.0, 3e38, -1e-38, 1e-30, -5.0])
+    return flat.reshape(x.shape)
+
+
+def with_nonfinite(x):
+    flat = x.clone().reshape(-1)
+    flat[1], flat[-1], flat[len(flat) // 2] = float("nan"), float("inf"), -float("inf")
+    return flat.reshape(x.shape)
+
+
+@pytest.fixture
+def rng():
+    return torch.Generator().manual_seed(1234)

@@ -1,0 +1,11 @@
+from kernel_lib.fp8.checks import linear_check, scaled_mm_check
+
+
+def test_scaled_mm_check_passes():
+    table = scaled_mm_check([(21, 32, 48), (64, 128, 16)], granularities=["tensorwise", "rowwise"])
+    assert (table["check"] == "PASS").all(), table.to_string()
+
+
+def test_linear_check_passes():
+    table = linear_check(recipes=["tensorwise_dynamic", "rowwise_dynamic", "tensorwise_delayed"])
+    assert (table["check"] == "PASS").all(), table.to_string()
