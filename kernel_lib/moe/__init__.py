@@ -1,0 +1,54 @@
+"""Mixture of Experts: routers, experts, capacity, losses, dispatch strategies, layers."""
+
+from kernel_lib.moe.capacity import apply_capacity, expert_capacity
+from kernel_lib.moe.dispatch import (
+    dispatch_loop,
+    dispatch_padded,
+    dispatch_sorted_grouped,
+    dispatch_sorted_segments,
+)  # fmt: skip
+from kernel_lib.moe.experts import (
+    AdapterExperts,
+    AttentionExperts,
+    ConvolutionalExperts,
+    FeedForwardExperts,
+    LoRAExperts,
+    SharedExpert,
+)  # fmt: skip
+from kernel_lib.moe.layers import LayerType, MoEConfig, MoELayer, MoEOutput
+from kernel_lib.moe.losses import (
+    entropy_balance_loss,
+    gshard_aux_loss,
+    router_z_loss,
+    switch_aux_loss,
+)
+from kernel_lib.moe.metrics import load_metrics
+from kernel_lib.moe.routing import (
+    DynamicCapacityRouter,
+    ExpertChoiceRouter,
+    HashRouter,
+    LearnedRouter,
+    Routing,
+    SwitchRouter,
+    TopKRouter,
+    route_expert_choice,
+    route_hash,
+    route_topk,
+)  # fmt: skip
+from kernel_lib.moe.seed_style import SeedStyleMoE
+
+__all__ = [
+    # routing
+    "Routing", "route_topk", "route_hash", "route_expert_choice", "TopKRouter", "SwitchRouter",
+    "HashRouter", "LearnedRouter", "DynamicCapacityRouter", "ExpertChoiceRouter",
+    # experts
+    "FeedForwardExperts", "SharedExpert", "ConvolutionalExperts", "AttentionExperts",
+    "LoRAExperts", "AdapterExperts",
+    # capacity, losses, metrics
+    "expert_capacity", "apply_capacity", "switch_aux_loss", "gshard_aux_loss",
+    "entropy_balance_loss", "router_z_loss", "load_metrics",
+    # dispatch (dispatch_triton lives in kernel_lib.moe.dispatch_triton, imported lazily)
+    "dispatch_loop", "dispatch_sorted_grouped", "dispatch_sorted_segments", "dispatch_padded",
+    # layers and the old system's way
+    "MoEConfig", "MoELayer", "MoEOutput", "LayerType", "SeedStyleMoE",
+]  # fmt: skip

@@ -1,0 +1,159 @@
+"""Expert families. Each holds E experts' weights and computes expert e on the tokens routed to it.
+
+Legend: T tokens (= B*S), D model, F ffn, E experts, n tokens routed to one expert, r rank.
+Every family has `forward_expert(e, x, token_idx) -> (n, D)` with x the whole (T, D) input, so
+experts that look at neighbours (convolution, attention) see the real sequence, not a length-1
+view of each token. Only FeedForwardExperts has the stacked (E, D, F) layout grouped GEMMs need.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+
+
+def _check_positive(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive int")
+
+
+def _init(*shape: int, fan_in: int) -> nn.Parameter:
+    return nn.Parameter(torch.randn(*shape) / math.sqrt(fan_in))
+
+
+def activate(h: Tensor, activation: str, *, inplace: bool = False) -> Tensor:
+    """relu/gelu of h (n, F); swiglu of h (n, 2F) laid out [gate | up] -> silu(gate) * up.
+
+    inplace: relu overwrites h (saves a pass over an (n, F) buffer the caller no longer needs).
+    """
+    if activation == "relu":
+        return h.relu_() if inplace else torch.relu(h)
+    if activation == "gelu":
+        return F.gelu(h, approximate="tanh")
+    gate, up = h.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+class FeedForwardExperts(nn.Module):
+    """E two-layer FFNs stored stacked: w_in (E, D, F) or (E, D, 2F) for SwiGLU, w_out (E, F, D).
+
+    Row-major (E, D, F) is the layout `torch._grouped_mm` runs fastest on CPU (the transposed,
+    nn.Linear-style layout measured ~1.5x slower there).
+    """
+
+    def __init__(self, num_experts: int, hidden: int, ffn: int, *, activation: str = "relu"):
+        super().__init__()
+        _check_positive(num_experts=num_experts, hidden=hidden, ffn=ffn)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation={activation!r} must be one of {ACTIVATIONS}")
+        self.num_experts, self.hidden, self.ffn, self.activation = (
+            num_experts,
+            hidden,
+            ffn,
+            activation,
+        )
+        width = 2 * ffn if activation == "swiglu" else ffn
+        self.w_in = _init(num_experts, hidden, width, fan_in=hidden)
+        self.w_out = _init(num_experts, ffn, hidden, fan_in=ffn)
+
+    def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
+        return activate(x[token_idx] @ self.w_in[e], self.activation) @ self.w_out[e]
+
+    def flops_per_row(self) -> int:
+        """Multiply-add FLOPs of one routed row: 2*D*F (x2 for the SwiGLU gate) + 2*F*D."""
+        width = 2 * self.ffn if self.activation == "swiglu" else self.ffn
+        return 2 * self.hidden * width + 2 * self.ffn * self.hidden
+
+
+class SharedExpert(nn.Module):
+    """A dense FFN applied to every token (DeepSeekMoE shared expert), added to the output."""
+
+    def __init__(self, hidden: int, ffn: int, *, activation: str = "relu"):
+        super().__init__()
+        self.ffn = FeedForwardExperts(1, hidden, ffn, activation=activation)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return activate(x @ self.ffn.w_in[0], self.ffn.activation) @ self.ffn.w_out[0]
+
+
+class ConvolutionalExperts(nn.Module):
+    """Causal depthwise conv (width `kernel`) over each token's own sequence, then a ReLU FFN."""
+
+    def __init__(self, num_experts: int, hidden: int, ffn: int, *, seq_len: int, kernel: int = 3):
+        super().__init__()
+        _check_positive(
+            num_experts=num_experts, hidden=hidden, ffn=ffn, seq_len=seq_len, kernel=kernel
+        )
+        self.num_experts, self.seq_len, self.kernel = num_experts, seq_len, kernel
+        self.conv = _init(num_experts, kernel, hidden, fan_in=kernel)
+        self.ffn = FeedForwardExperts(num_experts, hidden, ffn)
+
+    def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
+        shifts = torch.arange(self.kernel, device=x.device)
+        src = token_idx[:, None] - shifts  # (n, kernel): the token and its predecessors
+        inside = (token_idx[:, None] % self.seq_len) >= shifts  # stay within the sequence
+        window = x[src.clamp_min(0)] * inside[..., None].to(x.dtype)
+        mixed = (window * self.conv[e]).sum(1)
+        return torch.relu(mixed @ self.ffn.w_in[e]) @ self.ffn.w_out[e]
+
+
+class AttentionExperts(nn.Module):
+    """Causal single-head attention among the tokens of one sequence routed to the same expert."""
+
+    def __init__(self, num_experts: int, hidden: int, *, seq_len: int):
+        super().__init__()
+        _check_positive(num_experts=num_experts, hidden=hidden, seq_len=seq_len)
+        self.num_experts, self.seq_len = num_experts, seq_len
+        self.w_qkv = _init(num_experts, hidden, 3 * hidden, fan_in=hidden)
+        self.w_o = _init(num_experts, hidden, hidden, fan_in=hidden)
+
+    def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
+        q, k, v = (x[token_idx] @ self.w_qkv[e]).chunk(3, dim=-1)
+        seq = token_idx // self.seq_len
+        mask = (seq[:, None] == seq[None, :]) & (token_idx[None, :] <= token_idx[:, None])
+        out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask[None])
+        return out[0] @ self.w_o[e]
+
+
+class LoRAExperts(nn.Module):
+    """One shared ReLU FFN plus a rank-r update per expert and projection: E*r*(2D+2F) extra
+    parameters instead of E*2*D*F (the seed kept a full base projection per expert)."""
+
+    def __init__(self, num_experts: int, hidden: int, ffn: int, *, rank: int = 8):
+        super().__init__()
+        _check_positive(num_experts=num_experts, hidden=hidden, ffn=ffn, rank=rank)
+        self.num_experts = num_experts
+        self.base = FeedForwardExperts(1, hidden, ffn)
+        self.a_in, self.b_in = (
+            _init(num_experts, hidden, rank, fan_in=hidden),
+            nn.Parameter(torch.zeros(num_experts, rank, ffn)),
+        )
+        self.a_out, self.b_out = (
+            _init(num_experts, ffn, rank, fan_in=ffn),
+            nn.Parameter(torch.zeros(num_experts, rank, hidden)),
+        )
+
+    def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
+        xs = x[token_idx]
+        h = torch.relu(xs @ self.base.w_in[0] + (xs @ self.a_in[e]) @ self.b_in[e])
+        return h @ self.base.w_out[0] + (h @ self.a_out[e]) @ self.b_out[e]
+
+
+class AdapterExperts(nn.Module):
+    """A bottleneck adapter per expert: relu(x @ down[e]) @ up[e], D -> r -> D."""
+
+    def __init__(self, num_experts: int, hidden: int, *, rank: int = 64):
+        super().__init__()
+        _check_positive(num_experts=num_experts, hidden=hidden, rank=rank)
+        self.num_experts = num_experts
+        self.down = _init(num_experts, hidden, rank, fan_in=hidden)
+        self.up = _init(num_experts, rank, hidden, fan_in=rank)
+
+    def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
+        return torch.relu(x[token_idx] @ self.down[e]) @ self.up[e]

@@ -1,0 +1,34 @@
+"""MoE figures from records DataFrames (`records.to_frame`) and load rows; one figure each."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+
+def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
+    """TFLOP/s of each implementation for one case, grouped by hidden size (ok records only)."""
+    ax = ax or plt.subplots(figsize=(8, 4))[1]
+    data = frame[(frame["case"] == case) & (frame["status"] == "ok")]
+    if data.empty:
+        ax.text(0.5, 0.5, f"{case}: nothing measured", ha="center", transform=ax.transAxes)
+        return ax
+    table = data.pivot_table(index="implementation", columns="shape.D", values="tflops")
+    table.sort_values(table.columns[0]).plot.barh(ax=ax)
+    ax.set(
+        xlabel="TFLOP/s (executed expert FLOPs)", ylabel="", title=f"MoE {case}, by hidden size D"
+    )
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax
+
+
+def expert_load(rows: list[dict], ax=None):
+    """Tokens per expert, one group of bars per routing imbalance (with its CV in the legend)."""
+    ax = ax or plt.subplots(figsize=(8, 4))[1]
+    frame = pd.DataFrame(rows)
+    table = frame.pivot(index="expert", columns="imbalance", values="tokens")
+    cv = frame.groupby("imbalance")["cv"].first()
+    table.columns = [f"imbalance {c} (CV {cv[c]})" for c in table.columns]
+    table.plot.bar(ax=ax)
+    ax.set(xlabel="expert", ylabel="assignments (tokens x top-k)", title="Expert load")
+    return ax
