@@ -9,11 +9,13 @@ import pandas as pd
 from kernel_lib.platform import DeviceFacts, datasheet_for
 
 
-def _ok(frame: pd.DataFrame) -> pd.DataFrame:
+def ok_records(frame: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows of a records DataFrame (skipped and failed ones have nothing to plot)."""
     return frame[frame["status"] == "ok"] if "status" in frame else frame
 
 
-def _empty(ax, message: str):
+def nothing_measured(ax, message: str):
+    """An empty panel saying why, instead of a blank or misleading plot."""
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
     return ax
@@ -23,9 +25,9 @@ def sweep(frame: pd.DataFrame, *, x: str, y: str, hue: str = "implementation",
           title: str = "", logx: bool = True, logy: bool = False, ax=None):
     """One line per `hue` value of `y` against `x` (ok records only); says so when nothing ran."""
     ax = ax or plt.subplots(figsize=(7, 4))[1]
-    data = _ok(frame)
+    data = ok_records(frame)
     if data.empty or x not in data or y not in data:
-        return _empty(ax, f"{title}: nothing measured (see skipped records)")
+        return nothing_measured(ax, f"{title}: nothing measured (see skipped records)")
     for key, group in data.sort_values(x).groupby(hue):
         ax.plot(group[x], group[y], marker="o", label=str(key))
     ax.set(xlabel=x, ylabel=y, title=title)
@@ -42,10 +44,10 @@ def roofline(frame: pd.DataFrame, facts: DeviceFacts, ax=None):
     """GEMM points at their arithmetic intensity under the measured ceilings (solid) and the
     datasheet ceilings where known (dashed, labelled 'datasheet')."""
     ax = ax or plt.subplots(figsize=(7, 5))[1]
-    data = _ok(frame)
+    data = ok_records(frame)
     gemm, mem = data[data["case"] == "gemm"], data[data["case"].isin(["copy", "triad"])]
     if gemm.empty or mem.empty:
-        return _empty(ax, "roofline: GEMM or bandwidth not measured (see skipped records)")
+        return nothing_measured(ax, "roofline: GEMM or bandwidth not measured (see skipped records)")
     intensity = gemm["flops"] / gemm["bytes"]
     bw = mem["gbps"].max()
     ridge = gemm["tflops"].max() * 1e3 / bw  # FLOP/byte where the measured ceilings meet

@@ -62,9 +62,9 @@ def _duration(nb) -> float | None:
     return nb.metadata.get("papermill", {}).get("duration")
 
 
-def classify(output: Path, error: BaseException | None) -> tuple[str, str]:
-    """Status and detail from papermill's exception *and* the notebook's own error outputs."""
-    nb = nbformat.read(output, as_version=4) if output.exists() else None
+def classify(output: Path, nb, error: BaseException | None) -> tuple[str, str]:
+    """Status and detail from papermill's exception *and* the executed notebook `nb`'s own error
+    outputs (None if papermill wrote nothing to `output`)."""
     if isinstance(error, PapermillExecutionError):
         return "failed", f"cell {error.exec_count}: {error.ename}: {error.evalue}"
     if isinstance(error, CellTimeoutError):
@@ -90,9 +90,9 @@ def execute(notebook: Path, output: Path, parameters: dict, *, timeout: int | No
         )
     except Exception as err:  # noqa: BLE001 - any failure of one notebook is recorded, the run goes on
         error = err
-    status, detail = classify(output, error)
-    seconds = _duration(nbformat.read(output, as_version=4)) if output.exists() else None
-    return NotebookResult(notebook.stem, status, detail, seconds)
+    nb = nbformat.read(output, as_version=4) if output.exists() else None
+    status, detail = classify(output, nb, error)
+    return NotebookResult(notebook.stem, status, detail, _duration(nb) if nb is not None else None)
 
 
 def to_html(notebook: Path) -> Path:

@@ -86,8 +86,9 @@ def time_fn(
     Runs `warmup` untimed calls, then `reps` timed calls, or (reps=None) as many as fit in
     `min_time_s`, at least 5 and at most `max_reps`. CUDA/ROCm use device events around each call;
     other backends synchronise and read `time.perf_counter`. Each call's result is held until that
-    sync: on a lazy device (XLA) a result dropped before the sync is never computed. `flush_cache` zeroes a 512 MiB buffer
-    before each GPU rep so every rep starts with a cold L2 (the zeroing is outside the timed span).
+    sync: on a lazy device (XLA) a result dropped before the sync is never computed. `flush_cache`
+    zeroes a 512 MiB buffer before each GPU rep so every rep starts with a cold L2 (the zeroing is
+    outside the timed span).
     """
     if reps is not None and reps < 1:
         raise ValueError(f"reps={reps} must be >= 1")

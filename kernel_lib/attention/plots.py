@@ -12,12 +12,13 @@ import numpy as np
 import pandas as pd
 
 from kernel_lib.attention.patterns import PatternConfig, materialise
+from kernel_lib.plots import ok_records
 
 FLEX = "flex_attention_compiled"
 
 
 def _ok(frame: pd.DataFrame, section: str) -> pd.DataFrame:
-    return frame[(frame["status"] == "ok") & (frame["metrics.section"] == section)]
+    return ok_records(frame[frame["metrics.section"] == section])
 
 
 def plot_masks(

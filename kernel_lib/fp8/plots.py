@@ -6,6 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from kernel_lib.plots import nothing_measured, ok_records
+
 
 def _ax(ax, size=(7, 4)):
     return ax or plt.subplots(figsize=size)[1]
@@ -37,12 +39,11 @@ def bandwidth_bars(frame: pd.DataFrame, *, ax=None):
     """GB/s of each quantise implementation per case beside the copy measured in the same run
     (dashed line: copy; the label gives each bar's fraction of it)."""
     ax = _ax(ax)
-    ok = frame[frame["status"] == "ok"]
+    ok = ok_records(frame)
     quant = ok[ok["case"].str.contains("quantize")]
     copy = ok[ok["case"] == "copy"]["gbps"]
     if quant.empty or copy.empty:
-        ax.text(0.5, 0.5, "nothing measured (see skipped records)", ha="center", transform=ax.transAxes)
-        return ax
+        return nothing_measured(ax, "nothing measured (see skipped records)")
     labels = quant["case"] + "\n" + quant["implementation"]
     bars = ax.bar(range(len(quant)), quant["gbps"])
     ax.bar_label(bars, labels=[f"{f:.2f}x copy" for f in quant["fraction_of_peak"]], fontsize="small")

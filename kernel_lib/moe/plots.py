@@ -5,14 +5,15 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from kernel_lib.plots import nothing_measured, ok_records
+
 
 def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
     """TFLOP/s of each implementation for one case, grouped by hidden size (ok records only)."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
-    data = frame[(frame["case"] == case) & (frame["status"] == "ok")]
+    data = ok_records(frame[frame["case"] == case])
     if data.empty:
-        ax.text(0.5, 0.5, f"{case}: nothing measured", ha="center", transform=ax.transAxes)
-        return ax
+        return nothing_measured(ax, f"{case}: nothing measured (see skipped records)")
     table = data.pivot_table(index="implementation", columns="shape.D", values="tflops")
     table.sort_values(table.columns[0]).plot.barh(ax=ax)
     ax.set(

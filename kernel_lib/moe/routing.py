@@ -241,14 +241,6 @@ class DynamicCapacityRouter(TopKRouter):
         return float(min(max(ratio, self.min_cf), self.max_cf))
 
 
-def skewed_logits(
-    num_tokens: int, num_experts: int, *, imbalance: float, generator=None, device="cpu"
-) -> Tensor:
-    """Random router logits with expert e's logit shifted by -imbalance * e (0: balanced)."""
-    logits = torch.randn(num_tokens, num_experts, generator=generator, device=device)
-    return logits - imbalance * torch.arange(num_experts, device=device, dtype=logits.dtype)
-
-
 def routing_entropy(probs: Tensor) -> Tensor:
     """Mean per-token entropy of router probabilities (T, E), in nats."""
     return -(probs * probs.clamp_min(1e-20).log()).sum(-1).mean()
