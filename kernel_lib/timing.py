@@ -100,37 +100,84 @@ def time_fn(
     if flush_cache and kind in ("cuda", "xpu"):
         flush = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device=device)
 
+    _warm_up(fn, warmup, device)
+    _reset_peak_memory(kind, device)
+    if reps is None:
+        reps = _reps_for(fn, device, min_time_s, max_reps, at_least=5)
+    samples = _samples(fn, device, reps, flush)
+    return _summary(samples, _method(kind, flush, ""), _peak_memory(kind, device))
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    *,
+    device: torch.device | str = "cpu",
+    rounds: int = 10,
+    warmup: int = 3,
+    min_time_s: float = 0.2,
+    max_reps: int = 1000,
+) -> dict[str, Timing]:
+    """Time several functions in alternation: `rounds` rounds, each running every fn for its
+    share of `min_time_s`. On a shared or throttling machine, load that comes and goes then
+    lands on all of them alike, so their ratios hold even when the absolute times drift."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds} must be >= 1")
+    device = torch.device(device)
+    kind = device_kind(device)
+    reps = {}
+    for name, fn in fns.items():
+        _warm_up(fn, warmup, device)
+        reps[name] = max(1, _reps_for(fn, device, min_time_s, max_reps, at_least=rounds) // rounds)
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name] += _samples(fn, device, reps[name], None)
+    method = _method(kind, None, f", interleaved over {rounds} rounds with {len(fns) - 1} other functions")
+    return {name: _summary(s, method, None) for name, s in samples.items()}
+
+
+def _warm_up(fn: Callable[[], object], warmup: int, device: torch.device) -> None:
     result = None
     for _ in range(warmup):
         result = fn()
     synchronize(device)
     del result
-    _reset_peak_memory(kind, device)
 
-    if reps is None:
+
+def _reps_for(fn: Callable[[], object], device: torch.device, min_time_s: float, max_reps: int,
+              *, at_least: int) -> int:
+    """How many calls of fn fit in min_time_s (one timed call decides), within [at_least, max_reps]."""
+    start = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    del result
+    once = max(time.perf_counter() - start, 1e-7)
+    return int(min(max_reps, max(at_least, min_time_s / once)))
+
+
+def _samples(fn: Callable[[], object], device: torch.device, reps: int, flush: torch.Tensor | None) -> list[float]:
+    """Per-call milliseconds of `reps` calls: CUDA events, or a sync and `perf_counter` per call."""
+    if device_kind(device) == "cuda":
+        return _cuda_event_samples(fn, reps, flush)
+    samples = []
+    for _ in range(reps):
+        if flush is not None:
+            flush.zero_()
+            synchronize(device)
         start = time.perf_counter()
         result = fn()
         synchronize(device)
+        samples.append((time.perf_counter() - start) * 1e3)
         del result
-        once = max(time.perf_counter() - start, 1e-7)
-        reps = int(min(max_reps, max(5, min_time_s / once)))
+    return samples
 
-    samples = _cuda_event_samples(fn, reps, flush) if kind == "cuda" else None
+
+def _method(kind: str, flush: torch.Tensor | None, suffix: str) -> str:
     method = "cuda events" if kind == "cuda" else f"perf_counter + {kind} synchronize"
-    if samples is None:
-        samples = []
-        for _ in range(reps):
-            if flush is not None:
-                flush.zero_()
-                synchronize(device)
-            start = time.perf_counter()
-            result = fn()
-            synchronize(device)
-            samples.append((time.perf_counter() - start) * 1e3)
-            del result
-    if flush is not None:
-        method += ", L2 flushed"
+    return method + (", L2 flushed" if flush is not None else "") + suffix
 
+
+def _summary(samples: list[float], method: str, peak_mem_bytes: int | None) -> Timing:
     ordered = sorted(samples)
     return Timing(
         median_ms=statistics.median(ordered),
@@ -139,7 +186,7 @@ def time_fn(
         min_ms=ordered[0],
         reps=len(ordered),
         method=method,
-        peak_mem_bytes=_peak_memory(kind, device),
+        peak_mem_bytes=peak_mem_bytes,
     )
 
 

@@ -4,7 +4,7 @@ import weakref
 import pytest
 import torch
 
-from kernel_lib.timing import _percentile, time_fn
+from kernel_lib.timing import _percentile, time_fn, time_interleaved
 
 
 def test_known_sleep_is_timed_within_tolerance():
@@ -64,6 +64,24 @@ def test_cpu_has_no_allocator_peak():
 def test_bad_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=name):
         time_fn(lambda: None, **kwargs)
+
+
+def test_interleaved_alternates_and_times_each():
+    calls = []
+    fns = {"short": lambda: (calls.append("short"), time.sleep(0.002)),
+           "long": lambda: (calls.append("long"), time.sleep(0.006))}
+    timings = time_interleaved(fns, rounds=3, warmup=1, min_time_s=0.06)
+    assert 1.9 <= timings["short"].median_ms < timings["long"].median_ms, timings
+    assert timings["short"].reps % 3 == 0 and timings["long"].reps >= 3
+    assert "interleaved over 3 rounds" in timings["long"].method
+    timed = calls[4:]  # after one warm-up and one sizing call each
+    switches = sum(a != b for a, b in zip(timed, timed[1:]))
+    assert switches >= 5  # 3 rounds of short-then-long
+
+
+def test_interleaved_rejects_no_rounds():
+    with pytest.raises(ValueError, match="rounds"):
+        time_interleaved({"f": lambda: None}, rounds=0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA/AMD GPU")

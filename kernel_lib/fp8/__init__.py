@@ -9,7 +9,7 @@ from kernel_lib.fp8.inference import (
 )  # fmt: skip
 from kernel_lib.fp8.linear import (
     Fp8Linear, Fp8LinearConfig, check_fp8_dims, dynamic_quantize, fp8_linear_reference, fp8_matmul_support,
-    scaled_mm,
+    scaled_mm, scaled_mm_unsupported,
 )  # fmt: skip
 from kernel_lib.fp8.numerics import error_metrics, quantization_error_table, relative_errors, sample_tensor
 from kernel_lib.fp8.quantize import Fp8Tensor, dequantize, fp8_grid, quantize, quantize_reference, round_reference
@@ -34,7 +34,7 @@ __all__ = [
     "linear_check", "scaled_mm_check",
     # layers, conversion, inference, training
     "Fp8Linear", "Fp8LinearConfig", "check_fp8_dims", "dynamic_quantize", "fp8_linear_reference",
-    "fp8_matmul_support", "scaled_mm",
+    "fp8_matmul_support", "scaled_mm", "scaled_mm_unsupported",
     "ConversionReport", "convert_to_fp8", "swap_linears",
     "Fp8InferenceLinear", "InferenceComparison", "compare_inference", "convert_for_inference", "weight_bytes",
     "TrainConfig", "make_model", "train", "training_runs",

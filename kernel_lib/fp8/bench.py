@@ -3,6 +3,7 @@ memory/error and training losses, as records. The notebook calls these same func
 
 from __future__ import annotations
 
+import functools
 
 import pandas as pd
 import torch
@@ -12,13 +13,15 @@ from tqdm import tqdm
 from kernel_lib.fp8.comparators import comparator_records
 from kernel_lib.fp8.formats import fp8_dtype
 from kernel_lib.fp8.inference import InferenceComparison, compare_inference
-from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, dynamic_quantize, fp8_matmul_support, scaled_mm
+from kernel_lib.fp8.linear import (
+    Fp8Linear, Fp8LinearConfig, dynamic_quantize, fp8_matmul_support, scaled_mm, scaled_mm_unsupported,
+)  # fmt: skip
 from kernel_lib.fp8.numerics import error_metrics
 from kernel_lib.fp8.quantize import quantize
 from kernel_lib.fp8.training import TrainConfig, make_model, training_runs
 from kernel_lib.platform import DeviceFacts, device_facts
 from kernel_lib.records import Record, failed, measured, skipped, with_baseline, with_peak
-from kernel_lib.timing import time_fn
+from kernel_lib.timing import time_fn, time_interleaved
 
 TOPIC = "fp8"
 QUANT_K = 4096  # row length of the bandwidth inputs
@@ -37,8 +40,15 @@ def _quantizers(facts: DeviceFacts, gran: str, fmt: str) -> dict:
 
     built = gran in ("tensorwise", "rowwise")
     gpu = facts.backend in ("nvidia", "amd")
-    triton_reason = ("Triton kernels need a GPU here; TRITON_INTERPRET=1 runs them in numpy, "
-                     "for correctness only") if not gpu else "not built for blockwise"
+    if gpu:
+        triton_reason = "not built for blockwise"
+    elif facts.backend == "cpu":
+        triton_reason = "Triton kernels need a GPU here; TRITON_INTERPRET=1 runs them in numpy, for correctness only"
+    else:
+        triton_reason = f"the Triton kernel is built and tested for NVIDIA/AMD GPUs, not {facts.backend}"
+    compiled_reason = "not built for blockwise"
+    if facts.backend == "xla":
+        built, compiled_reason = False, "torch.compile's Inductor does not target XLA devices"
     fused = None
     if gpu and built:
         from kernel_lib.fp8.quantize_triton import fused_quantize
@@ -47,7 +57,7 @@ def _quantizers(facts: DeviceFacts, gran: str, fmt: str) -> dict:
     return {
         "quantize": (lambda x, out: quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"), ""),
         "compiled_quantize": ((lambda x, out: compiled_quantize(x, fmt=fmt, granularity=gran, out=out)) if built
-                              else None, "not built for blockwise"),
+                              else None, compiled_reason),
         "fused_quantize": (fused, triton_reason),
     }
 
@@ -55,9 +65,10 @@ def _quantizers(facts: DeviceFacts, gran: str, fmt: str) -> dict:
 def quantize_bandwidth(facts: DeviceFacts, *, mib: list[int], granularities: list[str], fmt: str = "e4m3fn",
                        min_time_s: float = 0.2, progress: bool = False) -> list[Record]:
     """fp32 (rows, 4096) -> `fmt` per granularity and implementation, and fp32 `copy_` of the
-    same tensor into a preallocated one in the same run. Bytes: x read once + FP8 written once +
-    scales (a two-pass kernel's re-read is not counted: it shows as lower GB/s). fraction_of_peak
-    is GB/s over the copy's GB/s. Every output is first checked bit-exact against `quantize`."""
+    same tensor into a preallocated one, all timed in alternation (`time_interleaved`) so the
+    fractions hold on a shared machine. Bytes: x read once + FP8 written once + scales (a
+    two-pass kernel's re-read is not counted: it shows as lower GB/s). fraction_of_peak is GB/s
+    over the copy's GB/s. Every output is first checked bit-exact against `quantize`."""
     records = []
     for size in tqdm(mib, disable=not progress, desc="quantize bandwidth"):
         if size <= 0:
@@ -67,29 +78,41 @@ def quantize_bandwidth(facts: DeviceFacts, *, mib: list[int], granularities: lis
         n = x.numel()
         dst = torch.empty_like(x)
         out = torch.empty(x.shape, dtype=fp8_dtype(fmt), device=facts.device)
-        copy = measured(TOPIC, "copy", "torch_copy", time_fn(lambda: dst.copy_(x), device=facts.device,
-                        min_time_s=min_time_s), facts=facts, dtype="float32", shape={"MiB": size}, bytes=8.0 * n)
-        records.append(copy)
+        shape = {"MiB": size, "rows": rows, "K": QUANT_K}
+        timed = {("copy", "torch_copy"): lambda: dst.copy_(x)}
+        results = []  # (case, implementation, record or None until timed), in report order
+        scale_bytes = {}
         for gran in granularities:
-            case, shape = f"quantize_{gran}", {"MiB": size, "rows": rows, "K": QUANT_K}
-            expected = quantize(x, fmt=fmt, granularity=gran, nonfinite="nan").data.view(torch.uint8)
-            scale_bytes = 4.0 * (1 if gran == "tensorwise" else rows if gran == "rowwise" else expected.numel() / 128**2)
+            case = f"quantize_{gran}"
+            reference = quantize(x, fmt=fmt, granularity=gran, nonfinite="nan")
+            expected, scale_bytes[case] = reference.data.view(torch.uint8), 4.0 * reference.scale.numel()
             for name, (fn, reason) in _quantizers(facts, gran, fmt).items():
+                result = None
                 if fn is None:
-                    records.append(skipped(TOPIC, case, name, reason, facts=facts, dtype="float32", shape=shape))
-                    continue
-                got = fn(x, out).data.view(torch.uint8)
-                if not torch.equal(got, expected):
-                    bad = int((got != expected).sum())
-                    records.append(failed(TOPIC, case, name, f"{bad} bytes differ from quantize", facts=facts,
-                                          dtype="float32", shape=shape))
-                    continue
-                timing = time_fn(lambda: fn(x, out), device=facts.device, min_time_s=min_time_s)
-                record = measured(TOPIC, case, name, timing, facts=facts, dtype="float32", shape=shape,
-                                  bytes=5.0 * n + scale_bytes)
-                records.append(with_peak(record, copy.gbps, rate="gbps",
-                                         basis="fp32 copy_ into a preallocated tensor, measured in this run"))
+                    result = skipped(TOPIC, case, name, reason, facts=facts, dtype="float32", shape=shape)
+                elif not torch.equal(got := fn(x, out).data.view(torch.uint8), expected):
+                    result = failed(TOPIC, case, name, f"{int((got != expected).sum())} bytes differ from quantize",
+                                    facts=facts, dtype="float32", shape=shape)
+                else:
+                    timed[case, name] = functools.partial(fn, x, out)
+                results.append((case, name, result))
+        timings = time_interleaved(timed, device=facts.device, min_time_s=min_time_s * len(timed))
+        copy = measured(TOPIC, "copy", "torch_copy", timings["copy", "torch_copy"], facts=facts,
+                        dtype="float32", shape={"MiB": size}, bytes=8.0 * n)
+        records.append(copy)
+        for case, name, result in results:
+            if result is None:
+                result = with_peak(measured(TOPIC, case, name, timings[case, name], facts=facts, dtype="float32",
+                                            shape=shape, bytes=5.0 * n + scale_bytes[case]),
+                                   copy.gbps, rate="gbps", basis="fp32 copy_ into a preallocated tensor, "
+                                   "timed alternately with it")
+            records.append(result)
     return records
+
+
+def skipped_section(facts: DeviceFacts, case: str, reason: str) -> list[Record]:
+    """The record of a notebook section that needs FP8 linears, on a device that has none."""
+    return [skipped(TOPIC, case, "fp8_model", reason, facts=facts)]
 
 
 def _emulated_reason(facts: DeviceFacts) -> str | None:
@@ -99,7 +122,7 @@ def _emulated_reason(facts: DeviceFacts) -> str | None:
     if support == "emulated":
         return ("emulated: no FP8 matrix units on this device (torch._scaled_mm runs a reference "
                 "emulation, orders of magnitude slower than bf16 mm); checked for correctness, never timed")
-    return f"unsupported: torch._scaled_mm needs FP8 matrix units, which {facts.name} lacks"
+    return scaled_mm_unsupported(facts.device)
 
 
 def linear_speed(facts: DeviceFacts, *, sizes: list[int], recipes: list[str], fmt: str = "e4m3fn",
@@ -205,6 +228,8 @@ def suite(params: dict, *, progress: bool = False) -> list[Record]:
     records += speed
     records += comparator_records(facts, sizes=params["fp8_gemm_sizes"], baselines=speed,
                                   min_time_s=params["fp8_min_time_s"])
+    if reason := scaled_mm_unsupported(facts.device):
+        return records + skipped_section(facts, "inference", reason) + skipped_section(facts, "training", reason)
     records += inference_records(inference_comparison(params, device=facts.device), facts)
     losses = training_runs(train_config(params), recipes=params["fp8_train_recipes"], fmt=params["fp8_linear_format"],
                            grad_dtype=params["fp8_grad_format"], device=facts.device, progress=progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, fp8_linear_reference, scaled_mm
+from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, fp8_linear_reference, scaled_mm, scaled_mm_unsupported
 from kernel_lib.fp8.numerics import error_metrics
 from kernel_lib.fp8.quantize import dequantize, quantize
 
@@ -16,11 +16,20 @@ TOL_VS_DEQUANT = {"tensorwise": 1e-5, "rowwise": 4e-3}
 TOL_VS_FULL = 0.08
 
 
+def _skipped(device: str) -> pd.DataFrame | None:
+    """A one-row 'skipped' table where torch._scaled_mm cannot run on `device`, else None."""
+    reason = scaled_mm_unsupported(device)
+    return None if reason is None else pd.DataFrame([{"check": "skipped", "reason": reason}])
+
+
 def scaled_mm_check(shapes: list[tuple[int, int, int]], *, granularities: list[str],
                     fmt: str = "e4m3fn", device: str = "cpu", seed: int = 0) -> pd.DataFrame:
     """Per (M, K, N, granularity): relative error of torch._scaled_mm with inverse scales against
     (1) fp64 matmul of the dequantised operands, (2) fp64 of the unquantised inputs and (3) a bf16
-    matmul of the unquantised inputs; PASS when (1) and (2) are within tolerance."""
+    matmul of the unquantised inputs; PASS when (1) and (2) are within tolerance; one 'skipped'
+    row where `_scaled_mm` cannot run."""
+    if (skip := _skipped(device)) is not None:
+        return skip
     rows = []
     for m, k, n in shapes:
         gen = torch.Generator().manual_seed(seed)
@@ -44,7 +53,10 @@ def scaled_mm_check(shapes: list[tuple[int, int, int]], *, granularities: list[s
 def linear_check(*, recipes: list[str], batch: int = 3, seq: int = 5, in_features: int = 64,
                  out_features: int = 48, device: str = "cpu", seed: int = 0) -> pd.DataFrame:
     """Fp8Linear on a 3-D input per recipe: forward against its fp64 twin, and forward/backward
-    against nn.Linear in fp32 (the FP8 rounding, a few percent)."""
+    against nn.Linear in fp32 (the FP8 rounding, a few percent); one 'skipped' row where
+    `_scaled_mm` cannot run."""
+    if (skip := _skipped(device)) is not None:
+        return skip
     rows = []
     for name in recipes:
         torch.manual_seed(seed)

@@ -71,6 +71,16 @@ def fp8_matmul_support(device: torch.device | str) -> str:
     return "unsupported"
 
 
+def scaled_mm_unsupported(device: torch.device | str) -> str | None:
+    """Why torch._scaled_mm cannot run on `device` ('unsupported: ...'), or None where it runs
+    (natively or emulated)."""
+    device = torch.device(device)
+    if fp8_matmul_support(device) != "unsupported":
+        return None
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return f"unsupported: torch._scaled_mm needs FP8 matrix units, which {name} lacks"
+
+
 def check_fp8_dims(in_features: int, out_features: int) -> str | None:
     """Why a (in_features -> out_features) layer cannot use _scaled_mm, or None if it can."""
     for name, value in (("in_features", in_features), ("out_features", out_features)):

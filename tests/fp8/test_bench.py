@@ -55,3 +55,15 @@ def test_plots_draw(frame):
     plots.sqnr_bars(quantization_error_table(x, formats=["e4m3fn", "e5m2"], granularities=["tensorwise", "rowwise"]))
     plots.error_histogram(relative_errors(x, formats=["e4m3fn", "e5m2"], granularity="tensorwise"))
     plots.training_curves(training_runs(TrainConfig(steps=3), recipes=["tensorwise_dynamic"]))
+
+
+def test_suite_records_skipped_sections_without_scaled_mm(monkeypatch):
+    from kernel_lib.fp8 import bench, linear
+
+    for module in (bench, linear):
+        monkeypatch.setattr(module, "fp8_matmul_support", lambda device: "unsupported")
+    frame = to_frame(suite(TINY))
+    fp8 = frame[frame["case"].isin(["linear_forward", "inference", "training"]) & (frame["implementation"] != "bf16_linear")]
+    assert (fp8["status"] == "skipped").all()
+    assert {"inference", "training"} <= set(fp8["case"])
+    assert fp8["reason"].str.contains("unsupported|not installed").all()

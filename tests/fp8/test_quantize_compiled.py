@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from kernel_lib.fp8.formats import FORMATS
-from kernel_lib.fp8.quantize import quantize
+from kernel_lib.fp8.quantize import fp8_grid, quantize
 from kernel_lib.fp8.quantize_compiled import compiled_quantize
 
 from .conftest import wide_tensor, with_extremes, with_nonfinite
@@ -25,3 +25,16 @@ def test_writes_into_out_and_checks_it():
         compiled_quantize(x, out=torch.empty(3, dtype=torch.float8_e4m3fn))
     with pytest.raises(ValueError, match="granularity"):
         compiled_quantize(x, granularity="blockwise")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_ties_and_near_ties_round_like_torch(fmt):
+    """Every grid value, every midpoint between neighbours and the fp32 values either side of it,
+    both signs; +-max in the tensor makes the scale exactly 1 so these are the values cast."""
+    grid = fp8_grid(fmt).float()
+    mid = (grid[:-1] + grid[1:]) / 2
+    values = torch.cat([grid, mid, torch.nextafter(mid, torch.tensor(0.0)), torch.nextafter(mid, torch.tensor(1e9))])
+    x = torch.cat([values, -values]).reshape(1, -1)
+    got = compiled_quantize(x, fmt=fmt, granularity="rowwise")
+    assert got.scale.item() == 1.0
+    assert torch.equal(got.data.view(torch.uint8), x.to(got.data.dtype).view(torch.uint8))
