@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from tqdm import tqdm
 
 # Larger than any L2 we target (H100 50 MB, MI300X Infinity Cache 256 MB); zeroed between reps.
 _FLUSH_BYTES = 512 * 2**20
@@ -116,22 +117,28 @@ def time_interleaved(
     warmup: int = 3,
     min_time_s: float = 0.2,
     max_reps: int = 1000,
+    progress: str | None = None,
 ) -> dict[str, Timing]:
-    """Time several functions in alternation: `rounds` rounds, each running every fn for its
-    share of `min_time_s`. On a shared or throttling machine, load that comes and goes then
-    lands on all of them alike, so their ratios hold even when the absolute times drift."""
+    """Time several functions in alternation: after each one's warm-up, `rounds` rounds that run
+    every fn for its share of `min_time_s` (per fn, as in `time_fn`). On a shared or throttling
+    machine, load that comes and goes then lands on all of them alike, so their ratios hold even
+    when the absolute times drift. `progress`: a tqdm bar's title (warm-ups, then rounds)."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds} must be >= 1")
     device = torch.device(device)
     kind = device_kind(device)
+    bar = tqdm(total=len(fns) + rounds, desc=progress, disable=progress is None)
     reps = {}
     for name, fn in fns.items():
         _warm_up(fn, warmup, device)
         reps[name] = max(1, _reps_for(fn, device, min_time_s, max_reps, at_least=rounds) // rounds)
+        bar.update()
     samples = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             samples[name] += _samples(fn, device, reps[name], None)
+        bar.update()
+    bar.close()
     method = _method(kind, None, f", interleaved over {rounds} rounds with {len(fns) - 1} other functions")
     return {name: _summary(s, method, None) for name, s in samples.items()}
 

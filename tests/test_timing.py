@@ -70,7 +70,7 @@ def test_interleaved_alternates_and_times_each():
     calls = []
     fns = {"short": lambda: (calls.append("short"), time.sleep(0.002)),
            "long": lambda: (calls.append("long"), time.sleep(0.006))}
-    timings = time_interleaved(fns, rounds=3, warmup=1, min_time_s=0.06)
+    timings = time_interleaved(fns, rounds=3, warmup=1, min_time_s=0.06, progress="two sleeps")
     assert 1.9 <= timings["short"].median_ms < timings["long"].median_ms, timings
     assert timings["short"].reps % 3 == 0 and timings["long"].reps >= 3
     assert "interleaved over 3 rounds" in timings["long"].method

@@ -96,7 +96,7 @@ def quantize_bandwidth(facts: DeviceFacts, *, mib: list[int], granularities: lis
                 else:
                     timed[case, name] = functools.partial(fn, x, out)
                 results.append((case, name, result))
-        timings = time_interleaved(timed, device=facts.device, min_time_s=min_time_s * len(timed))
+        timings = time_interleaved(timed, device=facts.device, min_time_s=min_time_s)
         copy = measured(TOPIC, "copy", "torch_copy", timings["copy", "torch_copy"], facts=facts,
                         dtype="float32", shape={"MiB": size}, bytes=8.0 * n)
         records.append(copy)

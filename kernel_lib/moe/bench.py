@@ -9,6 +9,7 @@ ratio_vs_baseline = seed-style median / its median (forward only: the seed timed
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import pandas as pd
 import torch
@@ -20,7 +21,7 @@ from kernel_lib.moe.layers import MoEConfig, MoELayer
 from kernel_lib.moe.metrics import load_metrics
 from kernel_lib.moe.seed_style import SeedStyleMoE
 from kernel_lib.platform import DeviceFacts, device_facts
-from kernel_lib.timing import time_fn
+from kernel_lib.timing import Timing, time_fn, time_interleaved
 
 TOPIC = "moe"
 DENSE_BASIS = "dense GEMM pair, same FLOPs, same run"
@@ -28,6 +29,14 @@ DENSE_BASIS = "dense GEMM pair, same FLOPs, same run"
 
 def _time(fn, facts: DeviceFacts, min_time_s: float):
     return time_fn(fn, device=facts.device, warmup=1, min_time_s=min_time_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    """A function to time and how to make its record from the timing."""
+
+    fn: Callable[[], object]
+    record: Callable[[Timing], rec.Record]
 
 
 def _forward_backward(fn, params):
@@ -47,9 +56,11 @@ def _forward_backward(fn, params):
     return step
 
 
-def time_dense(
-    case: MoECase, *, facts: DeviceFacts, backward: bool = False, min_time_s: float = 0.2
-):
+def _kind(backward: bool) -> str:
+    return "forward_backward" if backward else "forward"
+
+
+def dense_candidate(case: MoECase, *, facts: DeviceFacts, backward: bool = False) -> _Candidate:
     """The dense ceiling: a GEMM pair with the case's executed FLOPs, in its dtype."""
     rows, e = case.executed_rows(), case.experts
     a = torch.randn(rows, e.hidden, dtype=case.x.dtype, device=case.x.device)
@@ -58,37 +69,27 @@ def time_dense(
     fn = lambda: (a @ w1) @ w2  # noqa: E731
     if backward:
         fn = _forward_backward(fn, [w1, w2])
-    with torch.set_grad_enabled(backward):
-        timing = _time(fn, facts, min_time_s)
     flops = 2 * rows * e.hidden * e.ffn * 2 * (3 if backward else 1)
-    return rec.measured(
-        TOPIC,
-        "forward_backward" if backward else "forward",
-        "dense_gemm",
-        timing,
-        facts=facts,
-        dtype=str(case.x.dtype).removeprefix("torch."),
-        shape=case.shape,
-        flops=flops,
-    )
+    dtype = str(case.x.dtype).removeprefix("torch.")
+    return _Candidate(fn, lambda timing: rec.measured(
+        TOPIC, _kind(backward), "dense_gemm", timing, facts=facts, dtype=dtype, shape=case.shape, flops=flops))
 
 
-def time_strategy(
+def strategy_candidate(
     name: str,
     case: MoECase,
     *,
     facts: DeviceFacts,
     backward: bool = False,
     compiled: bool = False,
-    min_time_s: float = 0.2,
-) -> rec.Record:
-    """One strategy on one case: forward (no grad) or forward + backward to the expert weights."""
+) -> _Candidate | rec.Record:
+    """One strategy on one case: forward (no grad) or forward + backward to the expert weights;
+    a skipped record where the strategy cannot run here."""
     impl = f"dispatch_{name}" + ("_compiled" if compiled else "")
-    kind = "forward_backward" if backward else "forward"
     dtype = str(case.x.dtype).removeprefix("torch.")
     reason = unavailable(name, case)
     if reason:
-        return rec.skipped(TOPIC, kind, impl, reason, facts=facts, dtype=dtype, shape=case.shape)
+        return rec.skipped(TOPIC, _kind(backward), impl, reason, facts=facts, dtype=dtype, shape=case.shape)
     experts = case.experts if not backward else _trainable_copy(case.experts)
     case = dataclasses.replace(case, experts=experts)
 
@@ -99,19 +100,10 @@ def time_strategy(
         fn = torch.compile(fn, dynamic=False)
     if backward:
         fn = _forward_backward(fn, [experts.w_in, experts.w_out])
-    with torch.set_grad_enabled(backward):
-        timing = _time(fn, facts, min_time_s)
-    return rec.measured(
-        TOPIC,
-        kind,
-        impl,
-        timing,
-        facts=facts,
-        dtype=dtype,
-        shape=case.shape,
+    return _Candidate(fn, lambda timing: rec.measured(
+        TOPIC, _kind(backward), impl, timing, facts=facts, dtype=dtype, shape=case.shape,
         flops=case.flops() * (3 if backward else 1),
-        metrics={"tokens_per_s": case.x.shape[0] / timing.median_ms * 1e3},
-    )
+        metrics={"tokens_per_s": case.x.shape[0] / timing.median_ms * 1e3}))
 
 
 def _trainable_copy(experts):
@@ -125,35 +117,32 @@ def _trainable_copy(experts):
     return copy
 
 
-def time_seed_style(
-    case: MoECase, *, facts: DeviceFacts, min_time_s: float = 0.2, capacity_factor: float = 1.25
-) -> rec.Record:
+def seed_style_candidate(case: MoECase, *, facts: DeviceFacts, capacity_factor: float = 1.25) -> _Candidate:
     """The old system's forward (fp32, training mode, graph recorded, random drops) on the same x,
     gate and experts; FLOPs count only the rows it really ran; drop rates in metrics."""
     top_k = case.routing.top_k or 1
     seed = SeedStyleMoE(case.gate, case.experts, top_k=top_k, capacity_factor=capacity_factor)
     x = case.x.float()
     torch.manual_seed(0)
-    out = seed(x)
+    with torch.enable_grad():
+        out = seed(x)
     kept = out.assignments - out.dropped
-    timing = _time(lambda: seed(x), facts, min_time_s)
-    metrics = {
-        "drop_rate": out.dropped / max(out.assignments, 1),
-        "dropped": out.dropped,
-        "reported_dropped": out.reported_dropped,
-        "tokens_per_s": x.shape[0] / timing.median_ms * 1e3,
-    }
-    return rec.measured(
-        TOPIC,
-        "forward",
-        "seed_style",
-        timing,
-        facts=facts,
-        dtype="float32",
-        shape=case.shape,
-        flops=float(kept * case.experts.flops_per_row()),
-        metrics=metrics,
-    )
+
+    def fn():
+        with torch.enable_grad():  # as the seed ran: recording the graph
+            return seed(x)
+
+    def record(timing: Timing) -> rec.Record:
+        metrics = {
+            "drop_rate": out.dropped / max(out.assignments, 1),
+            "dropped": out.dropped,
+            "reported_dropped": out.reported_dropped,
+            "tokens_per_s": x.shape[0] / timing.median_ms * 1e3,
+        }
+        return rec.measured(TOPIC, "forward", "seed_style", timing, facts=facts, dtype="float32",
+                            shape=case.shape, flops=float(kept * case.experts.flops_per_row()), metrics=metrics)
+
+    return _Candidate(fn, record)
 
 
 def compare(
@@ -168,19 +157,21 @@ def compare(
     progress: bool = False,
 ) -> list[rec.Record]:
     """Dense ceiling, every strategy (eager, then compiled where asked), and the seed-style
-    baseline, all on one case; fractions and ratios filled in."""
-    runs = [(s, False) for s in strategies] + [(s, True) for s in compiled]
-    dense = time_dense(case, facts=facts, backward=backward, min_time_s=min_time_s)
-    out = [dense]
-    for name, comp in tqdm(runs, disable=not progress, desc="moe strategies"):
-        out.append(
-            time_strategy(
-                name, case, facts=facts, backward=backward, compiled=comp, min_time_s=min_time_s
-            )
-        )
-    if seed_style and not backward:
-        out.append(time_seed_style(case, facts=facts, min_time_s=min_time_s))
-    baseline = out[-1] if seed_style and not backward else None
+    baseline (forward only), all on one case and timed in alternation (`time_interleaved`), so
+    fractions and ratios hold on a shared machine; fractions and ratios filled in."""
+    entries = [("dense_gemm", dense_candidate(case, facts=facts, backward=backward))]
+    for name, comp in [(s, False) for s in strategies] + [(s, True) for s in compiled]:
+        entries.append((f"dispatch_{name}" + ("_compiled" if comp else ""),
+                        strategy_candidate(name, case, facts=facts, backward=backward, compiled=comp)))
+    with_seed = seed_style and not backward
+    if with_seed:
+        entries.append(("seed_style", seed_style_candidate(case, facts=facts)))
+    candidates = {impl: c for impl, c in entries if isinstance(c, _Candidate)}
+    with torch.set_grad_enabled(backward):
+        timings = time_interleaved({impl: c.fn for impl, c in candidates.items()}, device=facts.device,
+                                   warmup=1, min_time_s=min_time_s, progress="moe strategies" if progress else None)
+    out = [c.record(timings[impl]) if isinstance(c, _Candidate) else c for impl, c in entries]
+    dense, baseline = out[0], out[-1] if with_seed else None
     return [_derive(r, dense, baseline) for r in out]
 
 
