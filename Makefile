@@ -52,7 +52,7 @@ clean:
 # ---------------------------------------------------------------------------------------------------
 # XLA / TPU (backend_tpu): torch_xla X.Y needs torch X.Y, so it gets its own venv from
 # requirements-tpu.txt (~3 min, ~4 GB download, ~7 GB on disk the first time).
-#   make xla-test                                  TPU notebook on XLA:CPU + XLA unit tests (.ci/xla)
+#   make xla-test                                  TPU and fp8 notebooks on XLA:CPU + XLA unit tests (.ci/xla)
 #   make xla-report PLATFORM=gcp-tpu-v5e           on a TPU VM: adds torch-xla[tpu] (libtpu), PJRT_DEVICE=TPU
 XLA_VENV := .venv-xla
 XLA_PY := $(XLA_VENV)/bin/python
