@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable
 
 import torch
 from tqdm import tqdm
@@ -110,7 +110,7 @@ def time_fn(
 
 
 def time_interleaved(
-    fns: dict[str, Callable[[], object]],
+    fns: dict[Hashable, Callable[[], object]],
     *,
     device: torch.device | str = "cpu",
     rounds: int = 10,
@@ -118,7 +118,7 @@ def time_interleaved(
     min_time_s: float = 0.2,
     max_reps: int = 1000,
     progress: str | None = None,
-) -> dict[str, Timing]:
+) -> dict[Hashable, Timing]:
     """Time several functions in alternation: after each one's warm-up, `rounds` rounds that run
     every fn for its share of `min_time_s` (per fn, as in `time_fn`). On a shared or throttling
     machine, load that comes and goes then lands on all of them alike, so their ratios hold even

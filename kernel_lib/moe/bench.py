@@ -159,18 +159,17 @@ def compare(
     """Dense ceiling, every strategy (eager, then compiled where asked), and the seed-style
     baseline (forward only), all on one case and timed in alternation (`time_interleaved`), so
     fractions and ratios hold on a shared machine; fractions and ratios filled in."""
-    entries = [("dense_gemm", dense_candidate(case, facts=facts, backward=backward))]
+    entries = [dense_candidate(case, facts=facts, backward=backward)]  # candidates, or skipped records
     for name, comp in [(s, False) for s in strategies] + [(s, True) for s in compiled]:
-        entries.append((f"dispatch_{name}" + ("_compiled" if comp else ""),
-                        strategy_candidate(name, case, facts=facts, backward=backward, compiled=comp)))
+        entries.append(strategy_candidate(name, case, facts=facts, backward=backward, compiled=comp))
     with_seed = seed_style and not backward
     if with_seed:
-        entries.append(("seed_style", seed_style_candidate(case, facts=facts)))
-    candidates = {impl: c for impl, c in entries if isinstance(c, _Candidate)}
+        entries.append(seed_style_candidate(case, facts=facts))
+    fns = {i: c.fn for i, c in enumerate(entries) if isinstance(c, _Candidate)}
     with torch.set_grad_enabled(backward):
-        timings = time_interleaved({impl: c.fn for impl, c in candidates.items()}, device=facts.device,
-                                   warmup=1, min_time_s=min_time_s, progress="moe strategies" if progress else None)
-    out = [c.record(timings[impl]) if isinstance(c, _Candidate) else c for impl, c in entries]
+        timings = time_interleaved(fns, device=facts.device, warmup=1, min_time_s=min_time_s,
+                                   progress="moe strategies" if progress else None)
+    out = [c.record(timings[i]) if isinstance(c, _Candidate) else c for i, c in enumerate(entries)]
     dense, baseline = out[0], out[-1] if with_seed else None
     return [_derive(r, dense, baseline) for r in out]
 
