@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Compiled kernels (flex_attention, torch.compile) persist here between runs: seconds instead of ~30 s.
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 
-.PHONY: setup report test check reference lab clean
+.PHONY: setup report test lint check reference lab clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,14 @@ report: setup
 	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM))
 endif
 
-test: setup
+test: lint
 	$(PY) -m pytest tests
 	$(PY) -m kernel_lib check --platform reference
+
+# ruff settings live in pyproject.toml.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 check: setup
 	$(PY) -m kernel_lib check $(if $(PLATFORM),--platform $(PLATFORM))
@@ -43,8 +48,9 @@ check: setup
 reference: setup
 	$(PY) -m kernel_lib run --platform ci --out outputs/reference
 
+# JupyterLab refuses to start as root unless told (containers, cloud VMs often run as root).
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf $(VENV) .cache

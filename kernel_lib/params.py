@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import papermill
@@ -20,6 +20,13 @@ PARAMETERS_DIR = ROOT / "parameters"
 NOTEBOOKS_DIR = ROOT / "notebooks"
 RESERVED = "workbook"
 WORKBOOK_KEYS = ("notebooks", "cell_timeout_s", "description")
+# notebook (or name prefix) -> the config class that gives its parameters their ranges and meaning
+CONFIGS = {
+    "moe": "kernel_lib.moe.config:MoEBenchConfig",
+    "fp8": "kernel_lib.fp8.config:Fp8BenchConfig",
+    "flex_attention": "kernel_lib.attention.config:AttentionConfig",
+    "backend_": "kernel_lib.backends.config:BackendConfig",
+}
 
 
 class ParameterError(ValueError):
@@ -52,7 +59,7 @@ def list_notebooks(directory: Path | None = None) -> list[str]:
     return sorted(p.stem for p in (directory or NOTEBOOKS_DIR).glob("*.ipynb"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _inspect(path: Path, mtime: float) -> dict:
     return papermill.inspect_notebook(str(path))
 
@@ -61,7 +68,9 @@ def notebook_parameters(notebook: str, directory: Path | None = None) -> dict:
     """name -> {inferred_type_name, default (source text), help} from the `parameters` cell."""
     path = (directory or NOTEBOOKS_DIR) / f"{notebook}.ipynb"
     if not path.exists():
-        raise ParameterError(f"unknown notebook {notebook!r}: choose from {list_notebooks(directory)}")
+        raise ParameterError(
+            f"unknown notebook {notebook!r}: choose from {list_notebooks(directory)}"
+        )
     return _inspect(path, path.stat().st_mtime)
 
 
@@ -90,10 +99,15 @@ def _type_ok(value, type_name: str) -> bool:
     return True  # unannotated parameter: papermill injects any literal
 
 
-def _check_values(values: dict, notebooks: tuple[str, ...], source: str, directory: Path | None) -> None:
+def _check_values(
+    values: dict, notebooks: tuple[str, ...], source: str, directory: Path | None
+) -> None:
     for key, value in values.items():
-        declaring = {nb: notebook_parameters(nb, directory)[key]["inferred_type_name"]
-                     for nb in notebooks if key in notebook_parameters(nb, directory)}
+        declaring = {
+            nb: notebook_parameters(nb, directory)[key]["inferred_type_name"]
+            for nb in notebooks
+            if key in notebook_parameters(nb, directory)
+        }
         if not declaring:
             raise ParameterError(
                 f"{source}: unknown key {key!r} (not a parameter of {', '.join(notebooks)})"
@@ -105,6 +119,44 @@ def _check_values(values: dict, notebooks: tuple[str, ...], source: str, directo
                 )
 
 
+def config_class(notebook: str):
+    """The config class of a workbook notebook (None for notebooks without one, e.g. in tests)."""
+    import importlib
+
+    spec = next(
+        (
+            v
+            for k, v in CONFIGS.items()
+            if notebook == k or (k.endswith("_") and notebook.startswith(k))
+        ),
+        None,
+    )
+    if spec is None:
+        return None
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _check_meaning(plan: Plan, overrides: dict) -> None:
+    """Build every notebook's config from its defaults and the plan's values, before anything
+    runs: a value of the right type and the wrong meaning (a negative size, top_k > experts, an
+    unknown dtype) is one line naming where it came from, the key and the allowed range."""
+    for notebook in plan.notebooks:
+        cls = config_class(notebook)
+        if cls is None:
+            continue
+        values = {
+            **notebook_defaults(notebook, plan.notebooks_dir),
+            **plan.parameters_for(notebook),
+        }
+        try:
+            cls.from_params(values)
+        except ValueError as err:
+            key = str(err).split("=", 1)[0]
+            where = "command line" if key in overrides else plan.source
+            raise ParameterError(f"{where}: {err} ({notebook}.ipynb)") from None
+
+
 def _display(path: Path) -> str:
     """A path as the user would type it: relative to the repository where possible."""
     try:
@@ -113,13 +165,39 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path, source: str) -> dict:
+    raw = path.read_bytes()
+    if b"\0" in raw:
+        raise ParameterError(f"{source}: is a binary file, not YAML text")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ParameterError(f"{source}: is not UTF-8 text (byte {err.start})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise ParameterError(f"{source}: malformed YAML{where}: {getattr(err, 'problem', err)}") from None
+        raise ParameterError(
+            f"{source}: malformed YAML{where}: {getattr(err, 'problem', err)}"
+        ) from None
+    if data is None:  # nothing but blanks and comments
+        raise ParameterError(f"{source}: is empty (needs `{RESERVED}: {{notebooks: [...]}}`)")
     if not isinstance(data, dict):
         raise ParameterError(f"{source}: must be a mapping of parameter names to values")
     return data
@@ -153,26 +231,44 @@ def load_plan(
     source = _display(path)
     data = _read_yaml(path, source)
     settings = data.pop(RESERVED, None)
-    if not isinstance(settings, dict) or not isinstance(settings.get("notebooks"), list):
+    if not isinstance(settings, dict) or "notebooks" not in settings:
         raise ParameterError(f"{source}: needs `{RESERVED}: {{notebooks: [...]}}`")
     for key in settings:
         if key not in WORKBOOK_KEYS:
-            raise ParameterError(f"{source}: unknown key {RESERVED}.{key} (known: {WORKBOOK_KEYS})")
-    notebooks = tuple(settings["notebooks"])
-    for nb in notebooks:
-        notebook_parameters(nb, notebooks_dir)  # raises for an unknown notebook
+            raise ParameterError(
+                f"{source}: unknown key {RESERVED}.{key} (known: {WORKBOOK_KEYS})"
+            )
+    notebooks = settings["notebooks"]
+    known = list_notebooks(notebooks_dir)
+    if not (
+        isinstance(notebooks, list) and notebooks and all(isinstance(n, str) for n in notebooks)
+    ):
+        raise ParameterError(
+            f"{source}: key {RESERVED}.notebooks = {notebooks!r} must be a non-empty list of "
+            f"notebook names from {known}"
+        )
+    unknown = [nb for nb in notebooks if nb not in known]
+    if unknown:
+        raise ParameterError(
+            f"{source}: key {RESERVED}.notebooks names unknown notebooks {unknown}: choose from {known}"
+        )
+    notebooks = tuple(notebooks)
     timeout = settings.get("cell_timeout_s")
     if timeout is not None and not (isinstance(timeout, int) and timeout > 0):
-        raise ParameterError(f"{source}: key {RESERVED}.cell_timeout_s = {timeout!r} must be a positive int")
+        raise ParameterError(
+            f"{source}: key {RESERVED}.cell_timeout_s = {timeout!r} must be a positive int"
+        )
     _check_values(data, notebooks, source, notebooks_dir)
-    if only:
+    if only is not None:
         unknown = [nb for nb in only if nb not in notebooks]
-        if unknown:
-            raise ParameterError(f"--only: {unknown} not among {platform}'s notebooks {list(notebooks)}")
+        if not only or unknown:
+            raise ParameterError(
+                f"--only: {unknown or 'no notebook named'}: choose from {platform}'s notebooks {list(notebooks)}"
+            )
         notebooks = tuple(nb for nb in notebooks if nb in only)
     overrides = dict(overrides or {})
     _check_values(overrides, notebooks, "command line", notebooks_dir)
-    return Plan(
+    plan = Plan(
         platform=platform,
         source=source,
         notebooks=notebooks,
@@ -181,3 +277,5 @@ def load_plan(
         description=str(settings.get("description", "")),
         notebooks_dir=notebooks_dir or NOTEBOOKS_DIR,
     )
+    _check_meaning(plan, overrides)
+    return plan

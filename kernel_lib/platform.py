@@ -151,7 +151,12 @@ def device_facts(backend: str | None = None) -> DeviceFacts:
         return DeviceFacts(
             backend=backend,
             device=str(torch_xla.device()),
-            name=f"XLA:{kind}" + (f" {os.environ['TPU_ACCELERATOR_TYPE']}" if "TPU_ACCELERATOR_TYPE" in os.environ else ""),
+            name=f"XLA:{kind}"
+            + (
+                f" {os.environ['TPU_ACCELERATOR_TYPE']}"
+                if "TPU_ACCELERATOR_TYPE" in os.environ
+                else ""
+            ),
             arch=kind,
             compute_units=xr.global_runtime_device_count(),
             compute_unit_kind="devices",

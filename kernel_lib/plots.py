@@ -21,8 +21,17 @@ def nothing_measured(ax, message: str):
     return ax
 
 
-def sweep(frame: pd.DataFrame, *, x: str, y: str, hue: str = "implementation",
-          title: str = "", logx: bool = True, logy: bool = False, ax=None):
+def sweep(
+    frame: pd.DataFrame,
+    *,
+    x: str,
+    y: str,
+    hue: str = "implementation",
+    title: str = "",
+    logx: bool = True,
+    logy: bool = False,
+    ax=None,
+):
     """One line per `hue` value of `y` against `x` (ok records only); says so when nothing ran."""
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     data = ok_records(frame)
@@ -47,7 +56,9 @@ def roofline(frame: pd.DataFrame, facts: DeviceFacts, ax=None):
     data = ok_records(frame)
     gemm, mem = data[data["case"] == "gemm"], data[data["case"].isin(["copy", "triad"])]
     if gemm.empty or mem.empty:
-        return nothing_measured(ax, "roofline: GEMM or bandwidth not measured (see skipped records)")
+        return nothing_measured(
+            ax, "roofline: GEMM or bandwidth not measured (see skipped records)"
+        )
     intensity = gemm["flops"] / gemm["bytes"]
     bw = mem["gbps"].max()
     ridge = gemm["tflops"].max() * 1e3 / bw  # FLOP/byte where the measured ceilings meet
@@ -56,13 +67,27 @@ def roofline(frame: pd.DataFrame, facts: DeviceFacts, ax=None):
     for dtype, group in gemm.groupby("dtype"):
         peak = group["tflops"].max() * 1e3
         line = ax.plot(xs, np.minimum(peak, xs * bw), label=f"measured ceiling {dtype}")[0]
-        ax.scatter(group["flops"] / group["bytes"], group["tflops"] * 1e3, color=line.get_color(), zorder=3)
+        ax.scatter(
+            group["flops"] / group["bytes"],
+            group["tflops"] * 1e3,
+            color=line.get_color(),
+            zorder=3,
+        )
     sheet = datasheet_for(facts.name)
     if sheet and sheet.memory_gbps and sheet.bf16_tflops:
-        ax.plot(xs, np.minimum(sheet.bf16_tflops * 1e3, xs * sheet.memory_gbps), "k--",
-                label=f"datasheet bf16 ({sheet.source})")
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s",
-           title=f"Roofline: {facts.name} (measured bandwidth {bw:.0f} GB/s)")
+        ax.plot(
+            xs,
+            np.minimum(sheet.bf16_tflops * 1e3, xs * sheet.memory_gbps),
+            "k--",
+            label=f"datasheet bf16 ({sheet.source})",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="GFLOP/s",
+        title=f"Roofline: {facts.name} (measured bandwidth {bw:.0f} GB/s)",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
     return ax

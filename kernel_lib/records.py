@@ -5,18 +5,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 if TYPE_CHECKING:
+    from kernel_lib.checks import Check
     from kernel_lib.platform import DeviceFacts
-    from kernel_lib.timing import Timing
+    from kernel_lib.timing import Ratio, Timing
 
-STATUSES = ("ok", "skipped", "failed")
+# ok: measured and checked; skipped: cannot run here; failed: raised; wrong: its check failed
+STATUSES = ("ok", "skipped", "failed", "wrong")
 RESULTS_SUFFIX = ".results.json"
+# The runner hands each notebook kernel its run's identity through these.
+RUN_ID_ENV, PLATFORM_ENV = "KERNEL_WORKBOOK_RUN_ID", "KERNEL_WORKBOOK_PLATFORM"
+_PROCESS_RUN_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,7 @@ class Record:
     backend: str
     dtype: str | None = None
     shape: dict = field(default_factory=dict)
+    mode: str | None = None  # forward, forward_backward, compiled, ... (part of record_id)
     median_ms: float | None = None
     p10_ms: float | None = None
     p90_ms: float | None = None
@@ -45,17 +54,47 @@ class Record:
     fraction_of_datasheet: float | None = None  # over a datasheet figure named by datasheet_basis
     datasheet_basis: str | None = None
     baseline: str | None = None
-    ratio_vs_baseline: float | None = None  # baseline median / this median: > 1 is faster
+    ratio_vs_baseline: float | None = (
+        None  # baseline/this per interleaved round, median: > 1 faster
+    )
+    ratio_low: float | None = None  # its 95 % interval (order statistics of the rounds' ratios)
+    ratio_high: float | None = None
     peak_mem_bytes: int | None = None
     status: str = "ok"
     reason: str = ""
+    check: dict | None = None  # Check.as_dict() of the output at this shape, dtype and mode
+    headline: str | None = None  # the topic declared this figure a headline (its label)
+    variant: str | None = None  # the candidate chosen by measurement on this machine (variants.py)
+    flags: tuple = ()  # measurement problems, e.g. a fraction_of_peak above 1
+    samples_ms: tuple = ()  # every timed call
+    round_medians_ms: tuple = ()  # per interleaving round: what ratios are paired by
     metrics: dict = field(default_factory=dict)  # topic-specific figures (errors, tokens/s, drops)
+    platform: str | None = None  # stamped when saved: parameter file name
+    run_id: str | None = None
+    record_id: str | None = None
+
+    @property
+    def verdict(self) -> str | None:
+        return verdict(self.ratio_vs_baseline, self.ratio_low, self.ratio_high)
 
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status={self.status!r} must be one of {STATUSES}")
         if self.status != "ok" and not self.reason:
             raise ValueError(f"a {self.status} record needs a reason")
+
+
+RATIO_COLUMNS = ("ratio_vs_baseline", "ratio_low", "ratio_high")
+
+
+def verdict(ratio: float | None, low: float | None, high: float | None) -> str | None:
+    """How to read a ratio: 'faster' or 'slower' than the baseline only when its interval
+    excludes 1, else 'no clear difference' (also when it has no interval)."""
+    if ratio is None:
+        return None
+    if low is None or high is None or low <= 1.0 <= high:
+        return "no clear difference"
+    return "faster" if ratio > 1 else "slower"
 
 
 def _context(facts: DeviceFacts) -> dict:
@@ -71,11 +110,14 @@ def measured(
     facts: DeviceFacts,
     dtype: str | None = None,
     shape: dict | None = None,
+    mode: str | None = None,
     flops: float | None = None,
     bytes: float | None = None,
     metrics: dict | None = None,
+    check: Check | None = None,
 ) -> Record:
-    """A record of a timed run; TFLOP/s and GB/s follow from `flops`/`bytes` and the median."""
+    """A record of a timed run; TFLOP/s and GB/s follow from `flops`/`bytes` and the median.
+    Records of kernels carry the `check` of their output (kernel_lib.measure makes sure)."""
     seconds = timing.median_ms / 1e3
     return Record(
         topic=topic,
@@ -83,6 +125,10 @@ def measured(
         implementation=implementation,
         dtype=dtype,
         shape=dict(shape or {}),
+        mode=mode,
+        check=check.as_dict() if check is not None else None,
+        samples_ms=tuple(timing.samples_ms),
+        round_medians_ms=tuple(timing.round_medians_ms),
         median_ms=timing.median_ms,
         p10_ms=timing.p10_ms,
         p90_ms=timing.p90_ms,
@@ -108,6 +154,7 @@ def skipped(
     facts: DeviceFacts,
     dtype: str | None = None,
     shape: dict | None = None,
+    mode: str | None = None,
     metrics: dict | None = None,
 ) -> Record:
     """A case that could not run here; `reason` is shown to the reader as 'skipped: <reason>'."""
@@ -117,6 +164,7 @@ def skipped(
         implementation=implementation,
         dtype=dtype,
         shape=dict(shape or {}),
+        mode=mode,
         status="skipped",
         reason=reason,
         metrics=dict(metrics or {}),
@@ -133,11 +181,42 @@ def failed(
     facts: DeviceFacts,
     dtype: str | None = None,
     shape: dict | None = None,
+    mode: str | None = None,
 ) -> Record:
-    """A case that ran and went wrong (an error, or a wrong answer); `reason` says what."""
+    """A case that raised where it should have run; `reason` says what."""
     return dataclasses.replace(
-        skipped(topic, case, implementation, reason, facts=facts, dtype=dtype, shape=shape),
+        skipped(
+            topic, case, implementation, reason, facts=facts, dtype=dtype, shape=shape, mode=mode
+        ),
         status="failed",
+    )
+
+
+def wrong(
+    topic: str,
+    case: str,
+    implementation: str,
+    check: Check,
+    *,
+    facts: DeviceFacts,
+    dtype: str | None = None,
+    shape: dict | None = None,
+    mode: str | None = None,
+) -> Record:
+    """A case whose output failed its check: never timed, so no time is ever shown for it."""
+    return dataclasses.replace(
+        skipped(
+            topic,
+            case,
+            implementation,
+            check.describe(),
+            facts=facts,
+            dtype=dtype,
+            shape=shape,
+            mode=mode,
+        ),
+        status="wrong",
+        check=check.as_dict(),
     )
 
 
@@ -146,10 +225,18 @@ def with_peak(record: Record, peak: float, *, basis: str, rate: str = "tflops") 
     value = getattr(record, rate)
     if value is None or not peak:
         return record
-    return dataclasses.replace(record, fraction_of_peak=value / peak, peak_basis=basis)
+    fraction = value / peak
+    flags = record.flags
+    if fraction > 1:  # faster than its own ceiling: the ceiling was under-measured
+        flags += (
+            f"fraction_of_peak {fraction:.2f} > 1: the measured ceiling ({basis}) is too low",
+        )
+    return dataclasses.replace(record, fraction_of_peak=fraction, peak_basis=basis, flags=flags)
 
 
-def with_datasheet(record: Record, peak: float | None, *, basis: str, rate: str = "tflops") -> Record:
+def with_datasheet(
+    record: Record, peak: float | None, *, basis: str, rate: str = "tflops"
+) -> Record:
     """Set fraction_of_datasheet = record.<rate> / peak; `basis` names the datasheet and its source."""
     value = getattr(record, rate)
     if value is None or not peak:
@@ -157,15 +244,78 @@ def with_datasheet(record: Record, peak: float | None, *, basis: str, rate: str 
     return dataclasses.replace(record, fraction_of_datasheet=value / peak, datasheet_basis=basis)
 
 
-def with_baseline(record: Record, baseline: Record) -> Record:
-    """Set ratio_vs_baseline = baseline median / this median (> 1: faster than the baseline)."""
-    if record.median_ms is None or baseline.median_ms is None:
-        return dataclasses.replace(record, baseline=baseline.implementation)
+def with_ratio(record: Record, baseline: Record, ratio: Ratio) -> Record:
+    """Set ratio_vs_baseline and its interval from an interleaved `timing.ratio` (baseline/this:
+    > 1 is faster than the baseline). The only way a record gets a ratio."""
     return dataclasses.replace(
         record,
-        baseline=baseline.implementation,
-        ratio_vs_baseline=baseline.median_ms / record.median_ms,
+        baseline=baseline.implementation
+        + (f" ({baseline.dtype})" if baseline.dtype != record.dtype else ""),
+        ratio_vs_baseline=ratio.value,
+        ratio_low=ratio.low if math.isfinite(ratio.low) else None,
+        ratio_high=ratio.high if math.isfinite(ratio.high) else None,
     )
+
+
+def as_headline(record: Record, label: str) -> Record:
+    """Declare `record` one of its topic's headline figures (a subject against its baseline or
+    ceiling, never a baseline or ceiling itself), under `label`."""
+    if (
+        record.status == "ok"
+        and record.ratio_vs_baseline is None
+        and record.fraction_of_peak is None
+    ):
+        raise ValueError(
+            f"headline {label!r}: {record.implementation} has no ratio or fraction to show"
+        )
+    return dataclasses.replace(record, headline=label)
+
+
+def record_id(record: Record, platform: str) -> str:
+    """platform/topic/case/implementation/dtype/mode/shape: stable across runs of one revision."""
+    shape = ",".join(f"{k}={record.shape[k]}" for k in sorted(record.shape))
+    parts = (
+        platform,
+        record.topic,
+        record.case,
+        record.implementation,
+        record.dtype or "-",
+        record.mode or "-",
+        shape or "-",
+    )
+    return "/".join(str(p) for p in parts)
+
+
+def run_context() -> tuple[str, str]:
+    """(run_id, platform) of this run: from the runner's environment, else this process's own id
+    and the detected platform ('unknown' where no parameter file matches)."""
+    platform = os.environ.get(PLATFORM_ENV)
+    if not platform:
+        from kernel_lib.platform import detect_platform
+
+        try:
+            platform = detect_platform()
+        except ValueError:
+            platform = "unknown"
+    return os.environ.get(RUN_ID_ENV, _PROCESS_RUN_ID), platform
+
+
+def stamp(
+    records: Iterable[Record], *, run_id: str | None = None, platform: str | None = None
+) -> list[Record]:
+    """Records with run_id, platform and record_id set (default: `run_context()`); raises
+    ValueError when two records would share an id (they could not be matched across runs)."""
+    if run_id is None or platform is None:
+        default_run, default_platform = run_context()
+        run_id, platform = run_id or default_run, platform or default_platform
+    out, seen = [], {}
+    for r in records:
+        rid = record_id(r, platform)
+        if rid in seen:
+            raise ValueError(f"two records share record_id {rid!r}")
+        seen[rid] = r
+        out.append(dataclasses.replace(r, run_id=run_id, platform=platform, record_id=rid))
+    return out
 
 
 def _jsonable(value):
@@ -192,8 +342,9 @@ def to_frame(records: Iterable[Record] | list[dict]) -> pd.DataFrame:
 
 
 def save_records(records: Iterable[Record], name: str, directory: str | Path = ".") -> Path:
-    """Write `<name>.results.json` and `<name>.results.csv` into `directory`; return the JSON path."""
-    records = list(records)
+    """Stamp the records (`stamp`) and write `<name>.results.json` and `<name>.results.csv` into
+    `directory`; return the JSON path."""
+    records = stamp(records)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}{RESULTS_SUFFIX}"
@@ -207,17 +358,29 @@ def load_records(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     files = sorted(path.glob(f"*{RESULTS_SUFFIX}")) if path.is_dir() else [path]
     rows = [row for f in files for row in json.loads(f.read_text())]
-    return to_frame(rows)
+    return to_frame_with_verdict(rows)
 
 
 SUMMARY_COLUMNS = [
-    "case", "implementation", "dtype", "median_ms", "p10_ms", "p90_ms", "reps", "tflops", "gbps",
-    "fraction_of_peak", "ratio_vs_baseline", "baseline", "status", "reason",
+    "case", "implementation", "dtype", "mode", "median_ms", "p10_ms", "p90_ms", "reps", "tflops",
+    "gbps", "fraction_of_peak", "ratio_vs_baseline", "ratio_low", "ratio_high", "verdict",
+    "baseline", "check.pass", "status", "reason",
 ]  # fmt: skip
+
+
+def to_frame_with_verdict(records: Iterable[Record] | list[dict]) -> pd.DataFrame:
+    """to_frame plus the `verdict` column (how to read each ratio)."""
+    frame = to_frame(records)
+    if len(frame) and "ratio_vs_baseline" in frame:
+        cols = [frame.get(c, pd.Series(index=frame.index)) for c in RATIO_COLUMNS]
+        frame["verdict"] = [
+            verdict(*(None if pd.isna(v) else v for v in vals)) for vals in zip(*cols)
+        ]
+    return frame
 
 
 def summary_table(records: Iterable[Record], *, digits: int = 3) -> pd.DataFrame:
     """The columns a reader scans first, rounded; empty columns dropped."""
-    frame = to_frame(records)
+    frame = to_frame_with_verdict(records)
     columns = [c for c in SUMMARY_COLUMNS if c in frame and frame[c].notna().any()]
     return frame[columns].round(digits)

@@ -11,29 +11,44 @@ import pandas as pd
 
 from kernel_lib.records import RESULTS_SUFFIX, load_records
 
-HEADLINES = (  # (column, label, unit): the best ok record of each notebook by that column
-    ("tflops", "best TFLOP/s", "TFLOP/s"),
-    ("gbps", "best GB/s", "GB/s"),
-    ("ratio_vs_baseline", "best ratio vs baseline", "x"),
-)
-
 
 def _describe(row: pd.Series) -> str:
-    shape = ",".join(f"{k[6:]}={int(v) if float(v).is_integer() else v}"
-                     for k, v in row.items() if k.startswith("shape.") and pd.notna(v))
-    parts = [row["case"], row["implementation"], row.get("dtype"), shape]
-    vs = f" vs {row['baseline']}" if pd.notna(row.get("baseline")) else ""
-    return " ".join(str(p) for p in parts if isinstance(p, str) and p) + vs
+    shape = ",".join(
+        f"{k[6:]}={int(v) if float(v).is_integer() else v}"
+        for k, v in row.items()
+        if k.startswith("shape.") and pd.notna(v)
+    )
+    parts = [row["implementation"], row.get("dtype"), row.get("mode"), shape]
+    return " ".join(str(p) for p in parts if isinstance(p, str) and p)
+
+
+def _figure(row: pd.Series) -> str:
+    """The headline's figure: a ratio with its interval and verdict, or a fraction of a ceiling."""
+    if pd.notna(row.get("ratio_vs_baseline")):
+        low, high = row.get("ratio_low"), row.get("ratio_high")
+        interval = f" [{low:.2f}, {high:.2f}]" if pd.notna(low) and pd.notna(high) else ""
+        text = f"{row['ratio_vs_baseline']:.2f}x{interval} vs {row['baseline']}"
+        return text + (f" ({row['verdict']})" if row.get("verdict") != "faster" else "")
+    return f"{row['fraction_of_peak']:.2f} of {row['peak_basis']}"
 
 
 def headlines(records: pd.DataFrame) -> list[str]:
-    """Up to three measured figures a reader scans first, each with what produced it."""
-    ok = records[records["status"] == "ok"] if not records.empty else records
+    """The figures the notebook declared its headlines (records.as_headline), each with what
+    produced it; a headline that did not run says why; flagged measurements say so."""
+    if records.empty or "headline" not in records:
+        return []
     lines = []
-    for column, label, unit in HEADLINES:
-        if column in ok and ok[column].notna().any():
-            best = ok.loc[ok[column].idxmax()]
-            lines.append(f"{label}: {best[column]:.3g} {unit} ({_describe(best)})")
+    for _, row in records[records["headline"].notna()].iterrows():
+        if row["status"] != "ok":
+            lines.append(f"{row['headline']}: {row['status']}: {row['reason']}")
+            continue
+        flags = row.get("flags")
+        problem = (
+            f" — measurement problem: {'; '.join(flags)}"
+            if isinstance(flags, (list, tuple)) and flags
+            else ""
+        )
+        lines.append(f"{row['headline']}: {_figure(row)} ({_describe(row)}){problem}")
     return lines
 
 
@@ -44,46 +59,77 @@ def _status_table(run: dict, folder: Path) -> pd.DataFrame:
         results = folder / f"{name}{RESULTS_SUFFIX}"
         records = load_records(results) if results.exists() else pd.DataFrame()
         counts = records["status"].value_counts().to_dict() if not records.empty else {}
-        rows.append({
-            "notebook": name,
-            "status": nb["status"] + (f": {nb['detail']}" if nb["detail"] else ""),
-            "wall_s": round(nb["seconds"], 1) if nb["seconds"] is not None else None,
-            "records": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none",
-            "headlines": "; ".join(headlines(records)) if not records.empty else "",
-            "report": f"{name}.html",
-        })
+        rows.append(
+            {
+                "notebook": name,
+                "status": nb["status"]
+                + (f": {nb['detail']}" if nb["detail"] else "")
+                + (f" — STALE: {nb['stale_results']}" if nb.get("stale_results") else ""),
+                "wall_s": round(nb["seconds"], 1) if nb["seconds"] is not None else None,
+                "run": f"{nb.get('started_utc', '?')} git {nb.get('git', '?')}",
+                "records": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none",
+                "headlines": "; ".join(headlines(records)) if not records.empty else "",
+                "report": f"{name}.html",
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def _markdown(run: dict, table: pd.DataFrame) -> str:
+def flag_table(records: pd.DataFrame) -> pd.DataFrame:
+    """Every record with a measurement problem or a tuned path slower than its plain comparator."""
+    if records.empty or "flags" not in records:
+        return pd.DataFrame(columns=["record_id", "flag"])
+    rows = [
+        {"record_id": row.get("record_id"), "flag": flag}
+        for _, row in records.iterrows()
+        if isinstance(row["flags"], (list, tuple))
+        for flag in row["flags"]
+    ]
+    return pd.DataFrame(rows, columns=["record_id", "flag"])
+
+
+def _markdown(run: dict, table: pd.DataFrame, flags: pd.DataFrame) -> str:
     env = pd.Series(run["environment"], name="value").dropna().to_frame()
-    linked = table.assign(report=[f"[html]({r}) · [ipynb]({r[:-5]}.ipynb)" for r in table["report"]])
-    return "\n\n".join([
-        f"# Workbook report: {run['platform']}",
-        f"Run {run['started_utc']} → {run['finished_utc']} (UTC), git `{run['git']}`, "
-        f"parameters `{run['parameters']}`, command `{run['command']}`.",
-        "## Environment\n\n" + env.to_markdown(),
-        "## Notebooks\n\n" + linked.to_markdown(index=False),
-        "Every figure was measured in this run (median of many reps; see each notebook for p10/p90, "
-        "method and shape). All records: `results.csv`.",
-    ]) + "\n"
+    linked = table.assign(
+        report=[f"[html]({r}) · [ipynb]({r[:-5]}.ipynb)" for r in table["report"]]
+    )
+    return (
+        "\n\n".join(
+            [
+                f"# Workbook report: {run['platform']}",
+                f"Run {run['started_utc']} → {run['finished_utc']} (UTC), git `{run['git']}`, "
+                f"parameters `{run['parameters']}`, command `{run['command']}`.",
+                "## Environment\n\n" + env.to_markdown(),
+                "## Notebooks\n\n" + linked.to_markdown(index=False),
+                "## Flags\n\n"
+                + (flags.to_markdown(index=False) if len(flags) else "No record was flagged."),
+                "Every figure was measured in this run (median of many reps; see each notebook for p10/p90, "
+                "method and shape). All records: `results.csv`.",
+            ]
+        )
+        + "\n"
+    )
 
 
-def _html(run: dict, table: pd.DataFrame) -> str:
+def _html(run: dict, table: pd.DataFrame, flags: pd.DataFrame) -> str:
     env = pd.Series(run["environment"], name="value").dropna().to_frame().to_html()
     cells = table.map(lambda v: html.escape(v) if isinstance(v, str) else v)
-    cells["report"] = [f'<a href="{r}">html</a> · <a href="{r[:-5]}.ipynb">ipynb</a>' for r in cells["report"]]
+    cells["report"] = [
+        f'<a href="{r}">html</a> · <a href="{r[:-5]}.ipynb">ipynb</a>' for r in cells["report"]
+    ]
     rows = cells.to_html(index=False, escape=False, na_rep="")
+    flagged = flags.to_html(index=False) if len(flags) else "<p>No record was flagged.</p>"
     title = f"Workbook report: {html.escape(run['platform'])}"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:80em}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}</style></head>
 <body><h1>{title}</h1>
-<p>Run {html.escape(run['started_utc'])} → {html.escape(run['finished_utc'])} (UTC), git
-<code>{html.escape(run['git'])}</code>, parameters <code>{html.escape(run['parameters'])}</code>,
-command <code>{html.escape(run['command'])}</code>.</p>
+<p>Run {html.escape(run["started_utc"])} → {html.escape(run["finished_utc"])} (UTC), git
+<code>{html.escape(run["git"])}</code>, parameters <code>{html.escape(run["parameters"])}</code>,
+command <code>{html.escape(run["command"])}</code>.</p>
 <h2>Notebooks</h2>{rows}
+<h2>Flags</h2>{flagged}
 <h2>Environment</h2>{env}
 <p>Every figure was measured in this run (median of many reps; each notebook shows p10/p90, method and
 shape). All records: <a href="results.csv">results.csv</a>.</p>
@@ -96,8 +142,10 @@ def build_report(folder: str | Path) -> Path:
     folder = Path(folder)
     run = json.loads((folder / "run.json").read_text())
     table = _status_table(run, folder)
-    load_records(folder).to_csv(folder / "results.csv", index=False)
-    (folder / "SUMMARY.md").write_text(_markdown(run, table))
+    records = load_records(folder)
+    records.to_csv(folder / "results.csv", index=False)
+    flags = flag_table(records)
+    (folder / "SUMMARY.md").write_text(_markdown(run, table, flags))
     index = folder / "index.html"
-    index.write_text(_html(run, table))
+    index.write_text(_html(run, table, flags))
     return index

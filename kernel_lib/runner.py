@@ -7,6 +7,7 @@ sibling folder and swapped in at the end, so an interrupted run leaves the previ
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -24,10 +25,11 @@ from papermill.exceptions import PapermillExecutionError
 
 from kernel_lib.params import ROOT, Plan
 from kernel_lib.platform import device_facts
-from kernel_lib.records import RESULTS_SUFFIX
+from kernel_lib.records import PLATFORM_ENV, RESULTS_SUFFIX, RUN_ID_ENV
 
 KERNEL_NAME = "kernel-workbook"
 RUN_FILE = "run.json"
+FAILED_STATUSES = ("failed", "timed out", "kernel died")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,10 @@ class NotebookResult:
     status: str  # ok | failed | timed out | kernel died | skipped
     detail: str  # failing cell and error line, or the skip reason
     seconds: float | None
+    run_id: str = ""  # the run that produced it (a partial run keeps the others' own)
+    git: str = ""
+    started_utc: str = ""
+    stale_results: str = ""  # it failed, and the report still shows an earlier run's results
 
 
 def _first_error(nb) -> str | None:
@@ -48,13 +54,17 @@ def _first_error(nb) -> str | None:
     return None
 
 
-def _skip_reason(results_path: Path) -> str | None:
-    """The reason when every saved record is skipped (the notebook found its hardware absent)."""
+def _saved_status(results_path: Path) -> tuple[str, str] | None:
+    """From the saved records: failed when any record failed its check (a wrong answer fails the
+    run even if no cell raised), skipped when every record is (the hardware is absent)."""
     if not results_path.exists():
         return None
     rows = json.loads(results_path.read_text())
+    wrong = [f"{r['case']}/{r['implementation']}" for r in rows if r["status"] == "wrong"]
+    if wrong:
+        return "failed", f"{len(wrong)} records failed their check: {', '.join(wrong[:5])}"
     if rows and all(r["status"] == "skipped" for r in rows):
-        return rows[0]["reason"]
+        return "skipped", rows[0]["reason"]
     return None
 
 
@@ -68,25 +78,38 @@ def classify(output: Path, nb, error: BaseException | None) -> tuple[str, str]:
     if isinstance(error, PapermillExecutionError):
         return "failed", f"cell {error.exec_count}: {error.ename}: {error.evalue}"
     if isinstance(error, CellTimeoutError):
-        return "timed out", str(error).splitlines()[0] if str(error) else "a cell exceeded its timeout"
+        return "timed out", str(error).splitlines()[0] if str(
+            error
+        ) else "a cell exceeded its timeout"
     if isinstance(error, DeadKernelError):
         return "kernel died", str(error).splitlines()[0] if str(error) else "the kernel exited"
     if error is not None:
         return "failed", f"{type(error).__name__}: {error}".splitlines()[0]
     if nb is not None and (line := _first_error(nb)):
         return "failed", line
-    reason = _skip_reason(output.with_name(output.stem + RESULTS_SUFFIX))
-    return ("skipped", reason) if reason else ("ok", "")
+    return _saved_status(output.with_name(output.stem + RESULTS_SUFFIX)) or ("ok", "")
 
 
-def execute(notebook: Path, output: Path, parameters: dict, *, timeout: int | None,
-            kernel_name: str = KERNEL_NAME, progress: bool = True) -> NotebookResult:
+def execute(
+    notebook: Path,
+    output: Path,
+    parameters: dict,
+    *,
+    timeout: int | None,
+    kernel_name: str = KERNEL_NAME,
+    progress: bool = True,
+) -> NotebookResult:
     """Execute one notebook with its working directory set to the report folder."""
     error = None
     try:
         papermill.execute_notebook(
-            str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
-            cwd=str(output.parent), progress_bar=progress, execution_timeout=timeout,
+            str(notebook),
+            str(output),
+            parameters=parameters,
+            kernel_name=kernel_name,
+            cwd=str(output.parent),
+            progress_bar=progress,
+            execution_timeout=timeout,
         )
     except Exception as err:  # noqa: BLE001 - any failure of one notebook is recorded, the run goes on
         error = err
@@ -105,27 +128,95 @@ def to_html(notebook: Path) -> Path:
 
 def _git_revision() -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        # Reports under outputs/ are results, not code: they never make a revision dirty.
+        dirty = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)outputs",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
-def _stage(out_dir: Path, plan: Plan) -> Path:
-    """A fresh staging folder; for a partial run (--only) it starts as a copy of the last report."""
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def _clean_after_killed_runs(out_dir: Path) -> None:
+    """Staging folders of runs whose process died (SIGKILL, power loss) go; a report caught
+    mid-swap (renamed away, the new one not yet in place) is put back."""
+    for path in out_dir.parent.glob(f".*-{out_dir.name}-*"):
+        kind, _, pid = path.name[1:].rpartition(f"-{out_dir.name}-")
+        if kind not in ("staging", "previous") or not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        if kind == "previous" and not out_dir.exists():
+            path.rename(out_dir)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _stage(out_dir: Path) -> Path:
+    """A fresh staging folder, starting as a copy of the last report (its results are kept until
+    a notebook's new ones replace them)."""
     staging = out_dir.parent / f".staging-{out_dir.name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     if out_dir.exists() and (out_dir / RUN_FILE).exists():
         shutil.copytree(out_dir, staging)
-        for name in plan.notebooks:
-            for stale in staging.glob(f"{name}.*"):
-                stale.unlink()
     else:
         staging.mkdir(parents=True)
     return staging
+
+
+def _set_aside(staging: Path, name: str) -> Path:
+    """Move the previous files of notebook `name` into a side folder; return it."""
+    aside = staging / ".previous" / name
+    aside.mkdir(parents=True, exist_ok=True)
+    for old in staging.glob(f"{name}.*"):
+        old.rename(aside / old.name)
+    return aside
+
+
+def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResult) -> bool:
+    """New results replace the old only when the notebook succeeded. On failure with earlier
+    results present, the failed run is kept as `<name>.failed.ipynb/.html` and the earlier
+    results come back (the report marks them stale). Returns True when they came back."""
+    old = sorted(aside.glob(f"{name}{RESULTS_SUFFIX}"))
+    if result.status in FAILED_STATUSES and old:
+        for new in staging.glob(f"{name}.*"):
+            if new.suffix in (".ipynb", ".html"):
+                new.rename(staging / f"{name}.failed{new.suffix}")
+            else:
+                new.unlink()
+        for kept in aside.iterdir():
+            kept.rename(staging / kept.name)
+        return True
+    for stale in staging.glob(f"{name}.failed.*"):
+        stale.unlink()
+    return False
 
 
 def _swap_in(staging: Path, out_dir: Path) -> None:
@@ -137,27 +228,60 @@ def _swap_in(staging: Path, out_dir: Path) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
-def run_plan(plan: Plan, out_dir: Path, *, kernel_name: str = KERNEL_NAME, progress: bool = True) -> list[NotebookResult]:
+def run_plan(
+    plan: Plan, out_dir: Path, *, kernel_name: str = KERNEL_NAME, progress: bool = True
+) -> list[NotebookResult]:
     """Run every notebook of `plan` into `out_dir` and build its report; failures don't stop the run."""
     from kernel_lib.report import build_report
 
     out_dir = Path(out_dir).resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = _stage(out_dir, plan)
-    previous = json.loads((staging / RUN_FILE).read_text()) if (staging / RUN_FILE).exists() else {}
+    _clean_after_killed_runs(out_dir)
+    staging = _stage(out_dir)
+    previous = (
+        json.loads((staging / RUN_FILE).read_text()) if (staging / RUN_FILE).exists() else {}
+    )
+    earlier = {r["notebook"]: r for r in previous.get("notebooks", [])}
     started = dt.datetime.now(dt.timezone.utc)
+    git = _git_revision()
+    run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}"
+    identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
+    saved_env = {k: os.environ.get(k) for k in (RUN_ID_ENV, PLATFORM_ENV)}
+    os.environ.update({RUN_ID_ENV: run_id, PLATFORM_ENV: plan.platform})  # read by save_records
     results = []
     try:
         for index, name in enumerate(plan.notebooks, 1):
             print(f"[{index}/{len(plan.notebooks)}] {name}", file=sys.stderr, flush=True)
             output = staging / f"{name}.ipynb"
-            result = execute(plan.notebooks_dir / f"{name}.ipynb", output, plan.parameters_for(name),
-                             timeout=plan.cell_timeout_s, kernel_name=kernel_name, progress=progress)
+            aside = _set_aside(staging, name)
+            result = execute(
+                plan.notebooks_dir / f"{name}.ipynb",
+                output,
+                plan.parameters_for(name),
+                timeout=plan.cell_timeout_s,
+                kernel_name=kernel_name,
+                progress=progress,
+            )
             if output.exists():
                 to_html(output)
-            print(f"    {result.status}{': ' + result.detail if result.detail else ''}",
-                  file=sys.stderr, flush=True)
+            result = dataclasses.replace(result, **identity)
+            if _keep_or_replace(staging, name, aside, result) and name in earlier:
+                before = earlier[name]
+                result = dataclasses.replace(
+                    result,
+                    stale_results=(
+                        f"showing the results of run {before.get('run_id', '?')} "
+                        f"({before.get('started_utc', '?')}, git {before.get('git', '?')}); "
+                        f"this run's notebook: {name}.failed.html"
+                    ),
+                )
+            print(
+                f"    {result.status}{': ' + result.detail if result.detail else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
             results.append(result)
+        shutil.rmtree(staging / ".previous", ignore_errors=True)
         kept = [r for r in previous.get("notebooks", []) if r["notebook"] not in plan.notebooks]
         run = {
             "platform": plan.platform,
@@ -165,7 +289,8 @@ def run_plan(plan: Plan, out_dir: Path, *, kernel_name: str = KERNEL_NAME, progr
             "description": plan.description,
             "started_utc": started.isoformat(timespec="seconds"),
             "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "git": _git_revision(),
+            "run_id": run_id,
+            "git": git,
             "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
             "environment": device_facts().as_dict(),
             "notebooks": kept + [asdict(r) for r in results],
@@ -175,5 +300,8 @@ def run_plan(plan: Plan, out_dir: Path, *, kernel_name: str = KERNEL_NAME, progr
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        for key, value in saved_env.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
     _swap_in(staging, out_dir)
     return results

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Hashable
 
 import torch
 from tqdm import tqdm
@@ -25,6 +26,59 @@ class Timing:
     reps: int
     method: str
     peak_mem_bytes: int | None
+    samples_ms: tuple[float, ...] = ()  # every timed call, in order
+    round_medians_ms: tuple[float, ...] = ()  # per interleaving round (time_interleaved only)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """baseline / subject per interleaving round: its median and a distribution-free interval.
+
+    Each round times both functions back to back, so a round's ratio is one paired observation;
+    the interval is the order-statistic confidence interval of the median of those ratios.
+    """
+
+    value: float
+    low: float
+    high: float
+    confidence: float
+    rounds: int
+
+    @property
+    def clear(self) -> bool:
+        """False when the interval contains 1: no clear difference."""
+        return not (self.low <= 1.0 <= self.high)
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high): the widest-needed order statistics x(k), x(n+1-k) whose coverage of
+    the median is >= `confidence` under the binomial(n, 1/2) law; with too few values to reach
+    it (n < 6 at 95 %), the interval is (-inf, inf)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median_interval of no values")
+    median = statistics.median(ordered)
+    k = 0  # largest k with P(x(k) <= median < x(n+1-k)) >= confidence
+    for j in range(1, n // 2 + 1):
+        tail = sum(math.comb(n, i) for i in range(j)) / 2**n
+        if 1 - 2 * tail >= confidence:
+            k = j
+    if k == 0:
+        return median, -math.inf, math.inf
+    return median, ordered[k - 1], ordered[n - k]
+
+
+def ratio(baseline_rounds_ms, subject_rounds_ms, *, confidence: float = 0.95) -> Ratio:
+    """baseline / subject (> 1: subject is faster) from the per-round medians of two functions
+    timed in one `time_interleaved` call (Timing.round_medians_ms), paired by round."""
+    pairs = list(zip(baseline_rounds_ms, subject_rounds_ms))
+    if not pairs or len(baseline_rounds_ms) != len(subject_rounds_ms):
+        raise ValueError(
+            "a ratio needs the rounds of two functions timed in one time_interleaved call"
+        )
+    value, low, high = median_interval([b / s for b, s in pairs], confidence)
+    return Ratio(value, low, high, confidence, len(pairs))
 
 
 def device_kind(device: torch.device | str) -> str:
@@ -120,9 +174,10 @@ def time_interleaved(
     progress: str | None = None,
 ) -> dict[Hashable, Timing]:
     """Time several functions in alternation: after each one's warm-up, `rounds` rounds that run
-    every fn for its share of `min_time_s` (per fn, as in `time_fn`). On a shared or throttling
-    machine, load that comes and goes then lands on all of them alike, so their ratios hold even
-    when the absolute times drift. `progress`: a tqdm bar's title (warm-ups, then rounds)."""
+    every fn for its share of `min_time_s` (per fn, as in `time_fn`), in reversed order every
+    other round so no fn always runs first. On a shared or throttling machine, load that comes
+    and goes then lands on all of them alike, so their ratios hold even when the absolute times
+    drift; `ratio` pairs the rounds' medians. `progress`: a tqdm bar's title."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds} must be >= 1")
     device = torch.device(device)
@@ -134,13 +189,22 @@ def time_interleaved(
         reps[name] = max(1, _reps_for(fn, device, min_time_s, max_reps, at_least=rounds) // rounds)
         bar.update()
     samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name] += _samples(fn, device, reps[name], None)
+    medians = {name: [] for name in fns}
+    order = list(fns)
+    for index in range(rounds):
+        for name in order if index % 2 == 0 else order[::-1]:
+            got = _samples(fns[name], device, reps[name], None)
+            samples[name] += got
+            medians[name].append(statistics.median(got))
         bar.update()
     bar.close()
-    method = _method(kind, None, f", interleaved over {rounds} rounds with {len(fns) - 1} other functions")
-    return {name: _summary(s, method, None) for name, s in samples.items()}
+    others = len(fns) - 1
+    method = _method(
+        kind, None, f", interleaved over {rounds} rounds with {others} other functions"
+    )
+    return {
+        name: _summary(s, method, None, round_medians=medians[name]) for name, s in samples.items()
+    }
 
 
 def _warm_up(fn: Callable[[], object], warmup: int, device: torch.device) -> None:
@@ -151,8 +215,14 @@ def _warm_up(fn: Callable[[], object], warmup: int, device: torch.device) -> Non
     del result
 
 
-def _reps_for(fn: Callable[[], object], device: torch.device, min_time_s: float, max_reps: int,
-              *, at_least: int) -> int:
+def _reps_for(
+    fn: Callable[[], object],
+    device: torch.device,
+    min_time_s: float,
+    max_reps: int,
+    *,
+    at_least: int,
+) -> int:
     """How many calls of fn fit in min_time_s (one timed call decides), within [at_least, max_reps]."""
     start = time.perf_counter()
     result = fn()
@@ -162,7 +232,9 @@ def _reps_for(fn: Callable[[], object], device: torch.device, min_time_s: float,
     return int(min(max_reps, max(at_least, min_time_s / once)))
 
 
-def _samples(fn: Callable[[], object], device: torch.device, reps: int, flush: torch.Tensor | None) -> list[float]:
+def _samples(
+    fn: Callable[[], object], device: torch.device, reps: int, flush: torch.Tensor | None
+) -> list[float]:
     """Per-call milliseconds of `reps` calls: CUDA events, or a sync and `perf_counter` per call."""
     if device_kind(device) == "cuda":
         return _cuda_event_samples(fn, reps, flush)
@@ -184,7 +256,9 @@ def _method(kind: str, flush: torch.Tensor | None, suffix: str) -> str:
     return method + (", L2 flushed" if flush is not None else "") + suffix
 
 
-def _summary(samples: list[float], method: str, peak_mem_bytes: int | None) -> Timing:
+def _summary(
+    samples: list[float], method: str, peak_mem_bytes: int | None, *, round_medians=()
+) -> Timing:
     ordered = sorted(samples)
     return Timing(
         median_ms=statistics.median(ordered),
@@ -194,6 +268,8 @@ def _summary(samples: list[float], method: str, peak_mem_bytes: int | None) -> T
         reps=len(ordered),
         method=method,
         peak_mem_bytes=peak_mem_bytes,
+        samples_ms=tuple(samples),
+        round_medians_ms=tuple(round_medians),
     )
 
 

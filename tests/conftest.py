@@ -14,19 +14,29 @@ if not torch.cuda.is_available():
     # Triton runs here only under its interpreter, which must be on before triton is first imported
     # (by torch.compile or a kernel module): triton's own tl.* helpers are @jit-decorated at import.
     os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "inductor"))
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "inductor")
+)
 
-KERNEL = {"name": "kernel-workbook", "display_name": "Python (kernel-workbook)", "language": "python"}
+KERNEL = {
+    "name": "kernel-workbook",
+    "display_name": "Python (kernel-workbook)",
+    "language": "python",
+}
 
 
 @pytest.fixture
 def cpu_facts():
-    return DeviceFacts(backend="cpu", device="cpu", name="Test CPU", compute_units=2, compute_unit_kind="threads")
+    return DeviceFacts(
+        backend="cpu", device="cpu", name="Test CPU", compute_units=2, compute_unit_kind="threads"
+    )
 
 
 def _write_notebook(path, *sources, parameters="n: int = 1  # a size"):
     """A notebook whose first code cell is the tagged `parameters` cell, then `sources`."""
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    )
     nb.cells = [nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]})]
     nb.cells += [nbformat.v4.new_code_cell(s) for s in sources]
     nbformat.write(nb, str(path))
@@ -36,6 +46,14 @@ def _write_notebook(path, *sources, parameters="n: int = 1  # a size"):
 SAVE = """from kernel_lib.platform import device_facts
 from kernel_lib.records import {kind}, save_records
 save_records([{kind}("t", "c", "i", "no device here", facts=device_facts())], "{name}")"""
+
+
+WRONG = """import torch
+from kernel_lib.checks import Tolerance, compare
+from kernel_lib.platform import device_facts
+from kernel_lib.records import save_records, wrong
+check = compare(torch.ones(2), torch.zeros(2), reference="zeros", tolerance=Tolerance(0.1, "exact"))
+save_records([wrong("t", "c", "broken_kernel", check, facts=device_facts())], "wrong")"""
 
 
 @pytest.fixture
@@ -50,13 +68,17 @@ def workbook(tmp_path_factory):
     nbs, params = root / "notebooks", root / "parameters"
     nbs.mkdir()
     params.mkdir()
-    _write_notebook(nbs / "good.ipynb", "print(n * 2)",
-                   "from kernel_lib.records import save_records\nsave_records([], 'good')")
+    _write_notebook(
+        nbs / "good.ipynb",
+        "print(n * 2)",
+        "from kernel_lib.records import save_records\nsave_records([], 'good')",
+    )
     _write_notebook(nbs / "raises.ipynb", "x = 1", "raise ValueError('broken on purpose')")
     _write_notebook(nbs / "sleeps.ipynb", "import time\ntime.sleep(60)")
     _write_notebook(nbs / "exits.ipynb", "import os\nos._exit(3)")
     _write_notebook(nbs / "absent.ipynb", SAVE.format(kind="skipped", name="absent"))
+    _write_notebook(nbs / "wrong.ipynb", WRONG)
     (params / "all.yaml").write_text(
-        "workbook:\n  notebooks: [good, raises, sleeps, exits, absent]\n  cell_timeout_s: 5\nn: 21\n"
+        "workbook:\n  notebooks: [good, raises, sleeps, exits, absent, wrong]\n  cell_timeout_s: 5\nn: 21\n"
     )
     return root

@@ -9,26 +9,34 @@ def dirs(tmp_path, write_notebook):
     nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
     nbs.mkdir()
     prm.mkdir()
-    write_notebook(nbs / "a.ipynb", parameters="size: int = 4  # n\nrate: float = 0.5\nnames: list[str] = ['x']")
+    write_notebook(
+        nbs / "a.ipynb",
+        parameters="size: int = 4  # n\nrate: float = 0.5\nnames: list[str] = ['x']",
+    )
     write_notebook(nbs / "b.ipynb", parameters="flag: bool = False")
     return nbs, prm
 
 
 def plan(dirs, text, **kwargs):
     nbs, prm = dirs
-    (prm / "p.yaml").write_text(text)
+    path = prm / "p.yaml"
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
     return load_plan("p", parameters_dir=prm, notebooks_dir=nbs, **kwargs)
 
 
 def test_values_go_only_to_notebooks_that_declare_them(dirs):
-    p = plan(dirs, "workbook: {notebooks: [a, b], cell_timeout_s: 9}\nsize: 8\nrate: 1\nflag: true\n")
+    p = plan(
+        dirs, "workbook: {notebooks: [a, b], cell_timeout_s: 9}\nsize: 8\nrate: 1\nflag: true\n"
+    )
     assert p.parameters_for("a") == {"size": 8, "rate": 1}
     assert p.parameters_for("b") == {"flag": True}
     assert p.cell_timeout_s == 9
 
 
 def test_command_line_overrides_the_file(dirs):
-    p = plan(dirs, "workbook: {notebooks: [a]}\nsize: 8\n", overrides=dict([parse_override("size=16")]))
+    p = plan(
+        dirs, "workbook: {notebooks: [a]}\nsize: 8\n", overrides=dict([parse_override("size=16")])
+    )
     assert p.parameters_for("a") == {"size": 16}
 
 
@@ -45,7 +53,14 @@ def test_defaults_are_python_values(dirs):
     ("- just\n- a list\n", "must be a mapping"),
     ("size: 3\n", "needs `workbook"),
     ("workbook: {notebooks: [a], colour: red}\n", "unknown key workbook.colour"),
-    ("workbook: {notebooks: [zzz]}\n", "unknown notebook 'zzz'"),
+    ("workbook: {notebooks: [zzz]}\n", r"p.yaml: key workbook.notebooks names unknown notebooks \['zzz'\]"),
+    ("workbook: {notebooks: []}\n", "workbook.notebooks = \\[\\] must be a non-empty list"),
+    ("workbook: {notebooks: a}\n", "must be a non-empty list"),
+    ("workbook: {notebooks: [a]}\nsize: 3\nsize: 4\n", "duplicate key 'size'"),
+    ("", "p.yaml: is empty"),
+    ("  \n# only a comment\n", "is empty"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "is a binary file"),
+    (b"workbook: {notebooks: [a]}\nsize: \xff\n", "is not UTF-8 text"),
     ("workbook: {notebooks: [a]}\nsise: 3\n", "unknown key 'sise'"),
     ("workbook: {notebooks: [a]}\nsize: big\n", "key 'size' = 'big' is not int"),
     ("workbook: {notebooks: [a]}\nsize: true\n", "key 'size' = True is not int"),
@@ -68,8 +83,10 @@ def test_bad_override_and_only(dirs):
         parse_override("size")
     with pytest.raises(ParameterError, match="command line: unknown key 'x'"):
         plan(dirs, "workbook: {notebooks: [a]}\n", overrides={"x": 1})
-    with pytest.raises(ParameterError, match="--only"):
+    with pytest.raises(ParameterError, match=r"--only: \['b'\]: choose from .*\['a'\]"):
         plan(dirs, "workbook: {notebooks: [a]}\n", only=["b"])
+    with pytest.raises(ParameterError, match="--only: no notebook named"):
+        plan(dirs, "workbook: {notebooks: [a]}\n", only=[])  # `--only ,`
 
 
 def test_every_shipped_platform_file_is_valid():

@@ -1,29 +1,129 @@
+import dataclasses
 import json
 
-from kernel_lib.records import measured, save_records, skipped
+from kernel_lib.records import (
+    as_headline,
+    measured,
+    save_records,
+    skipped,
+    to_frame,
+    to_frame_with_verdict,
+    with_peak,
+    with_ratio,
+)  # fmt: skip
 from kernel_lib.report import build_report, headlines
-from kernel_lib.records import to_frame
-from kernel_lib.timing import Timing
+from kernel_lib.timing import Ratio, Timing
+
+T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
 
 
 def test_index_summary_and_csv_come_from_records(tmp_path, cpu_facts):
-    t = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
-    save_records([measured("device", "gemm", "torch_mm", t, facts=cpu_facts, dtype="bfloat16",
-                           shape={"N": 64}, flops=4e9),
-                  skipped("device", "gemm", "torch_mm", "out of memory", facts=cpu_facts)], "nb", tmp_path)
-    run = {"platform": "cpu", "parameters": "parameters/cpu.yaml", "description": "",
-           "started_utc": "s", "finished_utc": "f", "git": "abc", "command": "python -m kernel_lib run",
-           "environment": cpu_facts.as_dict(),
-           "notebooks": [{"notebook": "nb", "status": "ok", "detail": "", "seconds": 3.21},
-                         {"notebook": "gone", "status": "failed", "detail": "cell 3: ValueError: x", "seconds": None}]}
+    save_records(
+        [
+            measured(
+                "device",
+                "gemm",
+                "torch_mm",
+                T,
+                facts=cpu_facts,
+                dtype="bfloat16",
+                shape={"N": 64},
+                flops=4e9,
+            ),
+            skipped(
+                "device", "gemm", "torch_mm", "out of memory", facts=cpu_facts, shape={"N": 2**20}
+            ),
+        ],
+        "nb",
+        tmp_path,
+    )
+    run = {
+        "platform": "cpu",
+        "parameters": "parameters/cpu.yaml",
+        "description": "",
+        "started_utc": "s",
+        "finished_utc": "f",
+        "git": "abc",
+        "command": "python -m kernel_lib run",
+        "environment": cpu_facts.as_dict(),
+        "notebooks": [
+            {"notebook": "nb", "status": "ok", "detail": "", "seconds": 3.21},
+            {
+                "notebook": "gone",
+                "status": "failed",
+                "detail": "cell 3: ValueError: x",
+                "seconds": None,
+            },
+        ],
+    }
     (tmp_path / "run.json").write_text(json.dumps(run))
     index = build_report(tmp_path).read_text()
     summary = (tmp_path / "SUMMARY.md").read_text()
     assert '<a href="nb.html">html</a>' in index and "failed: cell 3: ValueError: x" in index
-    assert "best TFLOP/s: 2 TFLOP/s (gemm torch_mm bfloat16 N=64)" in summary
+    assert "TFLOP/s" not in summary  # nothing was declared a headline: none is picked
     assert "1 ok, 1 skipped" in summary
     assert len((tmp_path / "results.csv").read_text().splitlines()) == 3
 
 
 def test_headlines_of_nothing_measured(cpu_facts):
     assert headlines(to_frame([skipped("t", "c", "i", "no GPU", facts=cpu_facts)])) == []
+
+
+def _declared(cpu_facts):
+    dense = measured(
+        "moe", "forward", "dense_gemm", T, facts=cpu_facts, dtype="bfloat16", flops=8e9
+    )
+    fast = measured(
+        "moe", "forward", "dispatch_x", T, facts=cpu_facts, dtype="bfloat16", flops=4e9
+    )
+    ratio = Ratio(0.9, 0.85, 0.95, 0.95, 10)
+    return dense, as_headline(with_ratio(fast, dense, ratio), "best dispatch vs dense GEMM")
+
+
+def test_only_declared_headlines_are_shown(cpu_facts):
+    dense, fast = _declared(cpu_facts)
+    lines = headlines(to_frame_with_verdict([dense, fast]))
+    assert lines == [
+        "best dispatch vs dense GEMM: 0.90x [0.85, 0.95] vs dense_gemm (slower) "
+        "(dispatch_x bfloat16)"
+    ]  # the faster dense ceiling is not a headline
+
+
+def test_headline_inside_the_noise_says_so(cpu_facts):
+    dense, fast = _declared(cpu_facts)
+    fast = with_ratio(fast, dense, Ratio(1.02, 0.97, 1.08, 0.95, 10))
+    assert "no clear difference" in headlines(to_frame_with_verdict([fast]))[0]
+
+
+def test_headline_over_its_ceiling_is_a_measurement_problem(cpu_facts):
+    fast = measured("moe", "forward", "dispatch_x", T, facts=cpu_facts, flops=8e9)
+    fast = as_headline(with_peak(fast, 1.0, basis="dense"), "vs dense")
+    assert "measurement problem" in headlines(to_frame_with_verdict([fast]))[0]
+
+
+def test_skipped_headline_says_why(cpu_facts):
+    rec = as_headline(
+        skipped("fp8", "linear", "fp8_linear", "emulated: never timed", facts=cpu_facts),
+        "fp8 vs bf16",
+    )
+    assert headlines(to_frame([rec])) == ["fp8 vs bf16: skipped: emulated: never timed"]
+
+
+def test_flagged_records_are_listed_in_the_index(tmp_path, cpu_facts):
+    slow = measured("fp8", "quantize", "tuned", T, facts=cpu_facts, flops=8e9)
+    slow = dataclasses.replace(slow, flags=("slower than plain compiled plain: 0.8x",))
+    save_records([slow], "nb", tmp_path)
+    run = {
+        "platform": "cpu",
+        "parameters": "p",
+        "description": "",
+        "started_utc": "s",
+        "finished_utc": "f",
+        "git": "abc",
+        "command": "c",
+        "environment": cpu_facts.as_dict(),
+        "notebooks": [{"notebook": "nb", "status": "ok", "detail": "", "seconds": 1.0}],
+    }
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    index = build_report(tmp_path).read_text()
+    assert "<h2>Flags</h2>" in index and "slower than plain compiled plain" in index

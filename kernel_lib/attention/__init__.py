@@ -2,13 +2,13 @@
 
 from kernel_lib.attention.baselines import (
     SDPA_BACKENDS,
-    BackendUnavailable,
     attention_naive,
     flash_attention,
     sdpa_attention,
 )
 from kernel_lib.attention.bench import suite
-from kernel_lib.attention.checks import check_patterns
+from kernel_lib.attention.checks import TOLERANCES
+from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import (
     block_mask_for,
     block_sparsity,
@@ -16,18 +16,27 @@ from kernel_lib.attention.flex import (
     first_calls,
     flex_attention_compiled,
 )
-from kernel_lib.attention.patterns import PATTERNS, AttentionPattern, PatternConfig, build_pattern
-from kernel_lib.attention.reference import attention_reference, dense_bias, dense_mask
+from kernel_lib.attention.patterns import PATTERNS, Pattern, PatternConfig, build_pattern
+from kernel_lib.attention.reference import (
+    attention_reference,
+    dense_bias,
+    dense_mask,
+    reference_grads,
+    reference_output,
+)
 from kernel_lib.attention.shapes import AttentionShape
 
 __all__ = [
-    # patterns and their dense references
-    "PATTERNS", "PatternConfig", "AttentionPattern", "build_pattern",
-    "dense_mask", "dense_bias", "attention_reference",
+    # configuration
+    "AttentionConfig", "AttentionShape",
+    # the pattern registry and its dense references
+    "PATTERNS", "Pattern", "PatternConfig", "build_pattern",
+    "dense_mask", "dense_bias", "attention_reference", "reference_output", "reference_grads",
+    "TOLERANCES",
     # compiled execution
     "flex_attention_compiled", "block_mask_for", "block_sparsity", "cache_info", "first_calls",
     # baselines
-    "SDPA_BACKENDS", "BackendUnavailable", "sdpa_attention", "flash_attention", "attention_naive",
+    "SDPA_BACKENDS", "sdpa_attention", "flash_attention", "attention_naive",
     # benchmarks
-    "AttentionShape", "check_patterns", "suite",
+    "suite",
 ]  # fmt: skip

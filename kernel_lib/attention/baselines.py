@@ -1,6 +1,6 @@
 """Baselines beside flex: SDPA with one backend forced, FlashAttention-2/3 when installed, and
 the naive materialised-scores reference. A backend that cannot take the case raises
-`BackendUnavailable(reason)`; nothing here ever falls back to another backend.
+`checks.Unsupported(reason)`; nothing here ever falls back to another backend.
 
 Legend: B batch, H heads, S sequence length, D head dim. All take q, k, v: (B, H, S, D).
 """
@@ -23,6 +23,7 @@ from kernel_lib.attention.reference import (
     dense_softcap,
     sdpa_mask,
 )
+from kernel_lib.checks import Unsupported
 
 SDPA_BACKENDS = {
     "sdpa_flash": SDPBackend.FLASH_ATTENTION,
@@ -33,17 +34,14 @@ SDPA_BACKENDS = {
 FLASH_ATTN_MODULES = {"flash_attn_2": "flash_attn", "flash_attn_3": "flash_attn_interface"}
 
 
-class BackendUnavailable(Exception):
-    """This backend cannot run this case here; str(exc) is the one-line reason."""
-
-
 def sdpa_inputs(config: PatternConfig, seq_len: int, num_heads: int, *, dtype, device) -> dict:
     """SDPA keyword arguments expressing the pattern: is_causal, or a dense attn_mask."""
-    if dense_softcap(config) is not None:
-        raise BackendUnavailable("soft-capping acts on q.k inside softmax; SDPA has no hook")
-    if config.name == "full":
+    pattern = config.pattern
+    if pattern.softcapped:
+        raise Unsupported("soft-capping acts on q.k inside softmax; SDPA has no hook")
+    if pattern.mask_mod is None and pattern.score_mod is None:
         return {}
-    if config.name == "causal":
+    if pattern.is_causal:
         return {"is_causal": True}  # the flag, not a mask, so the flash kernels can take it
     return {"attn_mask": sdpa_mask(config, seq_len, num_heads, dtype, device=device)}
 
@@ -59,40 +57,31 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, *, backend: str, sdpa_kwargs
         except RuntimeError as error:  # "No available kernel" / "No viable backend"
             why = " ".join(" ".join(str(w.message).split()) for w in caught) or str(error)
             reason = f"{backend} has no kernel for this case on {q.device.type}: {why}"
-            raise BackendUnavailable(reason[:300]) from None
+            raise Unsupported(reason[:300]) from None
 
 
 def flash_attn_function(version: str):
-    """`flash_attn_func` of FlashAttention-2 or -3, or BackendUnavailable if not installed."""
+    """`flash_attn_func` of FlashAttention-2 or -3, or Unsupported if not installed."""
     if version not in FLASH_ATTN_MODULES:
         raise ValueError(f"version={version!r} is unknown; valid: {', '.join(FLASH_ATTN_MODULES)}")
     module = FLASH_ATTN_MODULES[version]
     if importlib.util.find_spec(module) is None:
-        raise BackendUnavailable(f"not installed ({module})")
+        raise Unsupported(f"not installed ({module})")
     return importlib.import_module(module).flash_attn_func
 
 
-def flash_attn_kwargs(config: PatternConfig, num_heads: int, device) -> dict:
-    """The pattern in FlashAttention's own terms, or BackendUnavailable if it has none."""
-    window = config.window
-    if config.name == "full":
-        return {}
-    if config.name == "causal":
-        return {"causal": True}
-    if config.name == "sliding_window":
-        return {"window_size": (window, window)}
-    if config.name == "causal_sliding_window":
-        return {"causal": True, "window_size": (window, 0)}
-    if config.name == "softcap":
-        return {"causal": True, "softcap": config.softcap}
-    raise BackendUnavailable(f"FlashAttention's API cannot express pattern {config.name}")
+def flash_attn_kwargs(config: PatternConfig) -> dict:
+    """The pattern in FlashAttention's own terms, or Unsupported if it has none."""
+    if config.pattern.flash is None:
+        raise Unsupported(f"FlashAttention's API cannot express pattern {config.name}")
+    return config.pattern.flash(config)
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, *, version: str, fa_kwargs: dict) -> Tensor:
     """FlashAttention-2/3 on (B, H, S, D) inputs (it takes (B, S, H, D)); fp16/bf16, CUDA only."""
     fn = flash_attn_function(version)
     if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16):
-        raise BackendUnavailable(f"{version} needs fp16/bf16 on CUDA, got {q.dtype} on {q.device}")
+        raise Unsupported(f"{version} needs fp16/bf16 on CUDA, got {q.dtype} on {q.device}")
     out = fn(*(t.transpose(1, 2) for t in (q, k, v)), **fa_kwargs)
     out = out[0] if isinstance(out, tuple) else out  # some FA3 releases also return the LSE
     return out.transpose(1, 2)
@@ -105,4 +94,4 @@ def attention_naive(q: Tensor, k: Tensor, v: Tensor, config: PatternConfig) -> T
     bias = dense_bias(config, S, H, dtype=q.dtype, device=q.device)
     return attention_reference(
         q, k, v, mask=mask, bias=bias, softcap=dense_softcap(config), compute_dtype=q.dtype
-    )
+    ).to(q.dtype)

@@ -14,14 +14,14 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch._dynamo.exc import BackendCompilerFailed
 from torch._dynamo.utils import counters
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from kernel_lib.attention.patterns import AttentionPattern, PatternConfig, build_pattern
+from kernel_lib.attention.patterns import FlexMods, PatternConfig, build_pattern
+from kernel_lib.checks import Unsupported
 from kernel_lib.timing import Timing, time_fn
 
-# One list for every device so CPU and GPU runs compare: Triton's tl.arange needs powers of two.
-HEAD_DIMS = (16, 32, 64, 128, 256)
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Device types torch's flex_attention accepts (torch.nn.attention.flex_attention._validate_device).
 DEVICE_TYPES = ("cuda", "cpu", "xpu", "hpu", "mps")
@@ -49,7 +49,7 @@ def compiled_graphs() -> int:
 
 
 @functools.lru_cache(maxsize=128)
-def _pattern(config: PatternConfig, seq_len: int, num_heads: int, device: str) -> AttentionPattern:
+def _pattern(config: PatternConfig, seq_len: int, num_heads: int, device: str) -> FlexMods:
     return build_pattern(config, seq_len=seq_len, num_heads=num_heads, device=device)
 
 
@@ -67,7 +67,7 @@ def block_mask_for(
 ) -> BlockMask | None:
     """The cached BlockMask of `config` (None for patterns without a mask: attend everywhere)."""
     _check_block_size(block_size)
-    if not config.uses_mask:
+    if config.pattern.mask_mod is None:
         return None
     return _block_mask(config, seq_len, str(torch.device(device)), block_size)
 
@@ -104,7 +104,12 @@ _FIRST_CALLS: dict[tuple, FirstCall] = {}
 
 def first_call(config: PatternConfig, q: Tensor, *, block_size: int = 128) -> FirstCall | None:
     """The logged first call of `config` on inputs shaped like q, or None if not yet called."""
-    return _FIRST_CALLS.get((config, tuple(q.shape), q.dtype, str(q.device), block_size))
+    return _FIRST_CALLS.get(_first_call_key(config, q, block_size))
+
+
+def _first_call_key(config: PatternConfig, q: Tensor, block_size: int) -> tuple:
+    # requires_grad compiles a different forward graph (it saves what backward needs)
+    return (config, tuple(q.shape), q.dtype, str(q.device), q.requires_grad, block_size)
 
 
 def first_calls() -> list[FirstCall]:
@@ -124,13 +129,19 @@ def cache_info() -> CacheInfo:
     return CacheInfo(info.hits, info.misses, compiled_graphs())
 
 
+def valid_block_size(block_size: int) -> bool:
+    """A power of two >= 16 (BlockMask tiles; Triton's tl.arange needs powers of two)."""
+    return isinstance(block_size, int) and block_size >= 16 and not block_size & (block_size - 1)
+
+
 def _check_block_size(block_size: int) -> None:
-    if block_size < 16 or block_size & (block_size - 1):
+    if not valid_block_size(block_size):
         raise ValueError(f"block_size={block_size} must be a power of two >= 16")
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
-    """ValueError/TypeError/NotImplementedError for inputs flex_attention_compiled can't take."""
+    """ValueError/TypeError for inputs flex_attention_compiled can't take; Unsupported for
+    what this torch cannot run here (CPU backward)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -143,14 +154,12 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
     if q.dtype not in FLOAT_DTYPES or not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"dtype={q.dtype} must be one of {FLOAT_DTYPES}, the same for q, k, v")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"head_dim={q.shape[-1]} must be one of {HEAD_DIMS}")
     if q.shape[-2] < 1:
         raise ValueError(f"seq_len={q.shape[-2]} must be >= 1")
     if q.device.type not in DEVICE_TYPES or not (q.device == k.device == v.device):
         raise ValueError(f"device={q.device} must be one of {DEVICE_TYPES}, the same for q, k, v")
     if q.device.type == "cpu" and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(
+        raise Unsupported(
             f"backward: FlexAttention has no CPU backward in torch {torch.__version__} "
             "(inference only); run backward on a GPU"
         )
@@ -176,11 +185,18 @@ def flex_attention_compiled(
     call = functools.partial(
         compiled_flex_attention(), q, k, v, score_mod=pattern.score_mod, block_mask=block_mask
     )
-    key = (config, tuple(q.shape), q.dtype, device, block_size)
+    key = _first_call_key(config, q, block_size)
     if key in _FIRST_CALLS:
         return call()
     graphs, result = compiled_graphs(), []
-    timing = time_fn(lambda: result.append(call()), device=q.device, warmup=0, reps=1)
+    try:
+        timing = time_fn(lambda: result.append(call()), device=q.device, warmup=0, reps=1)
+    except BackendCompilerFailed as why:  # Inductor has no flex kernel for these inputs here
+        reason = str(why).strip().splitlines()[-1][:200]
+        raise Unsupported(
+            f"Inductor cannot compile flex_attention for D={q.shape[-1]}, "
+            f"{q.dtype} on {device}: {reason}"
+        ) from None
     _FIRST_CALLS[key] = FirstCall(
         config.name,
         tuple(q.shape),

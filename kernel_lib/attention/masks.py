@@ -8,7 +8,7 @@ attention-gym `attn_gym/masks/` has causal, sliding window, prefix-LM, document 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

@@ -7,7 +7,7 @@ real learned-table lookup (the seed system's was a no-op, see research/seed_syst
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

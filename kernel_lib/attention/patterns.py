@@ -1,10 +1,15 @@
-"""The pattern catalogue: one frozen config names a pattern and its numbers; build it for flex.
+"""The pattern registry: each attention pattern is one `Pattern`, registered once in PATTERNS.
 
-Legend: B batch, H heads, S sequence length, D head dim.
+Legend: B batch, H heads, S sequence length, D head dim; R query rows of a (row-sampled) check.
+A pattern carries both of its forms: what flex runs (mask_mod / score_mod builders, from the
+primitives in masks.py and mods.py) and its dense reference (an (S, S) mask built from matrix
+diagonals and slices, an additive (H, R, S) bias), plus how SDPA and FlashAttention express it.
+Adding a pattern is one `Pattern(...)` in REGISTERED below and its test.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -13,24 +18,10 @@ from torch import Tensor
 
 from kernel_lib.attention import masks, mods
 
-PATTERNS = (
-    "full",  # no mask, no bias: the dense baseline every sparse pattern is compared with
-    "causal",
-    "sliding_window",
-    "causal_sliding_window",
-    "prefix_lm",
-    "document",  # causal within each packed document
-    "alibi",  # causal + ALiBi bias
-    "relative_position_bias",
-    "softcap",  # causal + tanh soft-capping
-    "dilated",
-    "global_local",  # Longformer: bidirectional window + global tokens
-)
-
 
 @dataclass(frozen=True)
 class PatternConfig:
-    """A pattern and the numbers it needs; fields a pattern does not use are ignored."""
+    """A pattern's name and the numbers it needs; fields a pattern does not use are ignored."""
 
     name: str
     window: int = 128  # band half-width in tokens (sliding, causal sliding, dilated, global_local)
@@ -58,16 +49,51 @@ class PatternConfig:
             raise ValueError(f"doc_lengths={self.doc_lengths} must all be >= 1")
 
     @property
-    def uses_mask(self) -> bool:
-        return self.name not in ("full", "relative_position_bias")
+    def pattern(self) -> Pattern:
+        return PATTERNS[self.name]
 
 
-class AttentionPattern(NamedTuple):
-    """What flex_attention takes: a mask_mod (None = attend everywhere) and a score_mod."""
+MaskBuilder = Callable[[PatternConfig, int, str], masks.MaskMod]  # (config, S, device)
+ScoreBuilder = Callable[[PatternConfig, int, str], mods.ScoreMod]  # (config, H, device)
+DenseMask = Callable[[PatternConfig, int], Tensor]  # (config, S) -> (S, S) bool
+# (config, H, offsets j - i: (R, S)) -> (H, R, S)
+DenseBias = Callable[[PatternConfig, int, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One attention pattern in every form the benchmark needs."""
 
     name: str
-    mask_mod: masks.MaskMod | None
-    score_mod: mods.ScoreMod | None
+    dense_mask: DenseMask  # the independent reference of mask_mod
+    mask_mod: MaskBuilder | None = None  # None: attend everywhere (no BlockMask)
+    score_mod: ScoreBuilder | None = None
+    dense_bias: DenseBias | None = None  # the reference of an additive score_mod, fp64
+    softcapped: bool = False  # the score_mod is config.softcap * tanh(score / cap), not a bias
+    is_causal: bool = False  # the mask is exactly causal with no score_mod: SDPA's is_causal flag
+    flash: Callable[[PatternConfig], dict] | None = None  # FlashAttention kwargs; None: no form
+
+
+def band(seq_len: int, below: int, above: int) -> Tensor:
+    """Keys j with -below <= j - i <= above, as an (S, S) bool matrix."""
+    ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
+    return ones.tril(diagonal=above) & ones.triu(diagonal=-below)
+
+
+def _full(config: PatternConfig, seq_len: int) -> Tensor:
+    return torch.ones(seq_len, seq_len, dtype=torch.bool)
+
+
+def _causal(config: PatternConfig, seq_len: int) -> Tensor:
+    return band(seq_len, seq_len, 0)
+
+
+def _causal_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+    return masks.causal()
+
+
+def _index(value: int, device: str) -> Tensor:
+    return masks.as_index(value, device)
 
 
 def document_lengths(config: PatternConfig, seq_len: int) -> tuple[int, ...]:
@@ -81,6 +107,51 @@ def document_lengths(config: PatternConfig, seq_len: int) -> tuple[int, ...]:
     return (base,) * (count - 1) + (seq_len - base * (count - 1),)
 
 
+def _document_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+    lengths = torch.tensor(document_lengths(config, seq_len), device=device)
+    ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+    return masks.all_of(masks.causal(), masks.same_document(ids))
+
+
+def _document(config: PatternConfig, seq_len: int) -> Tensor:
+    blocks = [torch.ones(n, n, dtype=torch.bool) for n in document_lengths(config, seq_len)]
+    return torch.block_diag(*blocks) & band(seq_len, seq_len, 0)
+
+
+def _prefix_lm(config: PatternConfig, seq_len: int) -> Tensor:
+    mask = band(seq_len, seq_len, 0)
+    mask[:, : config.prefix_len] = True
+    return mask
+
+
+def _dilated(config: PatternConfig, seq_len: int) -> Tensor:
+    mask = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    reach = min(config.window * config.dilation, seq_len - 1)
+    for distance in range(0, reach + 1, config.dilation):
+        mask.diagonal(-distance).fill_(True)
+    return mask
+
+
+def _global_local_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+    return masks.any_of(
+        masks.sliding_window(_index(config.window, device)),
+        masks.global_tokens(_index(config.num_global, device)),
+    )
+
+
+def _global_local(config: PatternConfig, seq_len: int) -> Tensor:
+    mask = band(seq_len, config.window, config.window)
+    mask[: config.num_global, :] = True
+    mask[:, : config.num_global] = True
+    return mask
+
+
+def _alibi_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
+    slopes = [2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)]
+    slopes = torch.tensor(slopes, dtype=torch.float64, device=offsets.device)
+    return slopes[:, None, None] * offsets[None]
+
+
 def relative_position_table(config: PatternConfig, num_heads: int, device="cpu") -> Tensor:
     """A seeded stand-in for a learned (H, 2M + 1) bias table, fp32."""
     generator = torch.Generator().manual_seed(config.seed)
@@ -88,42 +159,83 @@ def relative_position_table(config: PatternConfig, num_heads: int, device="cpu")
     return table.to(device)
 
 
+def _relative_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
+    table = relative_position_table(config, num_heads, offsets.device).double()
+    M = config.max_distance
+    return table[:, offsets.clamp(-M, M) + M]
+
+
+REGISTERED = (
+    # no mask, no bias: the dense baseline every sparse pattern is compared with
+    Pattern("full", _full, flash=lambda c: {}),
+    Pattern("causal", _causal, _causal_mod, is_causal=True, flash=lambda c: {"causal": True}),
+    Pattern(
+        "sliding_window",
+        lambda c, S: band(S, c.window, c.window),
+        lambda c, S, dev: masks.sliding_window(_index(c.window, dev)),
+        flash=lambda c: {"window_size": (c.window, c.window)},
+    ),
+    Pattern(  # Mistral-style causal band
+        "causal_sliding_window",
+        lambda c, S: band(S, c.window, 0),
+        lambda c, S, dev: masks.causal_sliding_window(_index(c.window, dev)),
+        flash=lambda c: {"causal": True, "window_size": (c.window, 0)},
+    ),
+    Pattern("prefix_lm", _prefix_lm, lambda c, S, dev: masks.prefix_lm(_index(c.prefix_len, dev))),
+    Pattern("document", _document, _document_mod),  # causal within each packed document
+    Pattern(  # causal + ALiBi bias
+        "alibi",
+        _causal,
+        _causal_mod,
+        lambda c, H, dev: mods.alibi(mods.alibi_slopes(H, dev)),
+        _alibi_bias,
+    ),
+    Pattern(
+        "relative_position_bias",
+        _full,
+        score_mod=lambda c, H, dev: mods.relative_position_bias(
+            relative_position_table(c, H, dev), c.max_distance
+        ),
+        dense_bias=_relative_bias,
+    ),
+    Pattern(  # causal + tanh soft-capping
+        "softcap",
+        _causal,
+        _causal_mod,
+        lambda c, H, dev: mods.softcap(c.softcap),
+        softcapped=True,
+        flash=lambda c: {"causal": True, "softcap": c.softcap},
+    ),
+    Pattern(
+        "dilated",
+        _dilated,
+        lambda c, S, dev: masks.dilated_window(_index(c.window, dev), _index(c.dilation, dev)),
+    ),
+    # Longformer: bidirectional window + global tokens
+    Pattern("global_local", _global_local, _global_local_mod),
+)
+PATTERNS: dict[str, Pattern] = {p.name: p for p in REGISTERED}
+assert len(PATTERNS) == len(REGISTERED), "two patterns share a name"
+
+
+class FlexMods(NamedTuple):
+    """What flex_attention takes: a mask_mod (None = attend everywhere) and a score_mod."""
+
+    name: str
+    mask_mod: masks.MaskMod | None
+    score_mod: mods.ScoreMod | None
+
+
 def build_pattern(
     config: PatternConfig, *, seq_len: int, num_heads: int, device: torch.device | str
-) -> AttentionPattern:
+) -> FlexMods:
     """The mask_mod / score_mod pair of `config` for sequences of S tokens and H heads."""
     if seq_len < 1:
         raise ValueError(f"seq_len={seq_len} must be >= 1")
-    index = lambda value: masks.as_index(value, device)  # noqa: E731
-    name = config.name
-    mask_mod, score_mod = None, None
-    if name in ("causal", "alibi", "softcap"):
-        mask_mod = masks.causal()
-    elif name == "sliding_window":
-        mask_mod = masks.sliding_window(index(config.window))
-    elif name == "causal_sliding_window":
-        mask_mod = masks.causal_sliding_window(index(config.window))
-    elif name == "prefix_lm":
-        mask_mod = masks.prefix_lm(index(config.prefix_len))
-    elif name == "document":
-        lengths = torch.tensor(document_lengths(config, seq_len), device=device)
-        ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
-        mask_mod = masks.all_of(masks.causal(), masks.same_document(ids))
-    elif name == "dilated":
-        mask_mod = masks.dilated_window(index(config.window), index(config.dilation))
-    elif name == "global_local":
-        mask_mod = masks.any_of(
-            masks.sliding_window(index(config.window)),
-            masks.global_tokens(index(config.num_global)),
-        )
-    if name == "alibi":
-        score_mod = mods.alibi(mods.alibi_slopes(num_heads, device))
-    elif name == "relative_position_bias":
-        table = relative_position_table(config, num_heads, device)
-        score_mod = mods.relative_position_bias(table, config.max_distance)
-    elif name == "softcap":
-        score_mod = mods.softcap(config.softcap)
-    return AttentionPattern(name, mask_mod, score_mod)
+    pattern, device = config.pattern, str(device)
+    mask_mod = pattern.mask_mod(config, seq_len, device) if pattern.mask_mod else None
+    score_mod = pattern.score_mod(config, num_heads, device) if pattern.score_mod else None
+    return FlexMods(config.name, mask_mod, score_mod)
 
 
 def materialise(
@@ -134,17 +246,17 @@ def materialise(
     Calls the pattern's own mask_mod/score_mod on broadcast index grids (for pictures and for
     testing the mods against the independently built dense references).
     """
-    pattern = build_pattern(config, seq_len=seq_len, num_heads=num_heads, device="cpu")
+    flex_mods = build_pattern(config, seq_len=seq_len, num_heads=num_heads, device="cpu")
     q_idx = torch.arange(seq_len)[:, None]
     kv_idx = torch.arange(seq_len)[None, :]
     zero = torch.tensor(0)
     mask = torch.ones(seq_len, seq_len, dtype=torch.bool)
-    if pattern.mask_mod is not None:
-        mask = pattern.mask_mod(zero, zero, q_idx, kv_idx).expand(seq_len, seq_len).clone()
-    if pattern.score_mod is None or config.name == "softcap":  # softcap is not a bias
+    if flex_mods.mask_mod is not None:
+        mask = flex_mods.mask_mod(zero, zero, q_idx, kv_idx).expand(seq_len, seq_len).clone()
+    if flex_mods.score_mod is None or config.pattern.softcapped:  # soft-capping is not a bias
         return mask, None
     zeros = torch.zeros(seq_len, seq_len, dtype=torch.float64)
     heads = [
-        pattern.score_mod(zeros, zero, torch.tensor(h), q_idx, kv_idx) for h in range(num_heads)
+        flex_mods.score_mod(zeros, zero, torch.tensor(h), q_idx, kv_idx) for h in range(num_heads)
     ]
     return mask, torch.stack(heads)

@@ -80,11 +80,15 @@ def plot_pattern_tflops(frame: pd.DataFrame):
 
 
 def plot_window_speedup(frame: pd.DataFrame):
-    """Causal flex time / causal-sliding-window flex time vs window, with the FLOP-ratio ideal."""
-    data = _ok(frame, "window_sweep").dropna(subset=["metrics.speedup_vs_causal"])
+    """Flex causal-sliding-window speedup over causal flex (interleaved ratio, 95 % interval)
+    vs window, with the FLOP-ratio ideal."""
+    data = _ok(frame, "window_sweep")
+    data = data[data["implementation"] == FLEX].dropna(subset=["ratio_vs_baseline"])
     data = data.sort_values("metrics.window")
+    ratio = data["ratio_vs_baseline"]
+    spread = [ratio - data["ratio_low"].fillna(ratio), data["ratio_high"].fillna(ratio) - ratio]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(data["metrics.window"], data["metrics.speedup_vs_causal"], "o-", label="measured")
+    ax.errorbar(data["metrics.window"], ratio, yerr=spread, fmt="o-", capsize=3, label="measured")
     ax.plot(
         data["metrics.window"], data["metrics.ideal_speedup"], "k--", label="ideal (FLOP ratio)"
     )
@@ -118,6 +122,7 @@ def plot_compile_times(frame: pd.DataFrame):
 def plot_seq_sweep(frame: pd.DataFrame):
     """Forward time vs sequence length, one line per implementation (log-log)."""
     data = _ok(frame, "seq_sweep")
+    data = data[data["mode"] == "forward"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, group in data.groupby("implementation", sort=False):
         group = group.sort_values("shape.seq_len")

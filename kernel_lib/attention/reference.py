@@ -1,7 +1,7 @@
-"""Dense references: each pattern as a boolean mask and an additive bias, built from matrix
-diagonals and slices rather than from the mask_mod/score_mod, plus naive attention over them.
+"""Dense references: a pattern's mask and bias as matrices (from its registry entry), naive
+attention over them, and the fp64 oracles of outputs and gradients that every check uses.
 
-Legend: B batch, H heads, S sequence length, D head dim.
+Legend: B batch, H heads, S sequence length, D head dim; R query rows of a row-sampled check.
 """
 
 from __future__ import annotations
@@ -11,44 +11,18 @@ import math
 import torch
 from torch import Tensor
 
-from kernel_lib.attention.patterns import PatternConfig, document_lengths, relative_position_table
+from kernel_lib.attention.patterns import PatternConfig
 
-
-def _band(seq_len: int, below: int, above: int) -> Tensor:
-    """Keys j with -below <= j - i <= above, as an (S, S) bool matrix."""
-    ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
-    return ones.tril(diagonal=above) & ones.triu(diagonal=-below)
+# Above this S, forward checks compare a fixed sample of query rows (an fp64 B*H*S*S score
+# matrix at S=8192, B=4, H=16 would be 34 GB).
+FULL_CHECK_MAX_SEQ_LEN = 1024
+# fp64 scores materialised at once by the chunked references (bytes).
+CHUNK_BYTES = 2**30
 
 
 def dense_mask(config: PatternConfig, seq_len: int) -> Tensor:
     """(S, S) bool, True where query i may attend key j."""
-    S, name = seq_len, config.name
-    if name in ("full", "relative_position_bias"):
-        return torch.ones(S, S, dtype=torch.bool)
-    if name in ("causal", "alibi", "softcap"):
-        return _band(S, S, 0)
-    if name == "sliding_window":
-        return _band(S, config.window, config.window)
-    if name == "causal_sliding_window":
-        return _band(S, config.window, 0)
-    if name == "prefix_lm":
-        mask = _band(S, S, 0)
-        mask[:, : config.prefix_len] = True
-        return mask
-    if name == "document":
-        blocks = [torch.ones(n, n, dtype=torch.bool) for n in document_lengths(config, S)]
-        return torch.block_diag(*blocks) & _band(S, S, 0)
-    if name == "dilated":
-        mask = torch.zeros(S, S, dtype=torch.bool)
-        for distance in range(0, min(config.window * config.dilation, S - 1) + 1, config.dilation):
-            mask.diagonal(-distance).fill_(True)
-        return mask
-    if name == "global_local":
-        mask = _band(S, config.window, config.window)
-        mask[: config.num_global, :] = True
-        mask[:, : config.num_global] = True
-        return mask
-    raise AssertionError(f"no dense mask for {name!r}")  # PatternConfig validated the name
+    return config.pattern.dense_mask(config, seq_len)
 
 
 def dense_bias(
@@ -60,36 +34,27 @@ def dense_bias(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
 ) -> Tensor | None:
-    """(H, S, S) additive bias before softmax (or (H, R, S) for query `rows`), None if none.
-
-    Full matrices are built diagonal by diagonal; a row subset (large S, where H*S*S would not
-    fit) indexes the table by offset instead.
-    """
-    S, H = seq_len, num_heads
-    queries = torch.arange(S, device=device) if rows is None else rows.to(device)
-    offsets = torch.arange(S, device=device)[None, :] - queries[:, None]  # j - i: (R, S)
-    if config.name == "alibi":
-        slopes = [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
-        slopes = torch.tensor(slopes, dtype=torch.float64, device=device)
-        return (slopes[:, None, None] * offsets[None]).to(dtype)
-    if config.name == "relative_position_bias":
-        table = relative_position_table(config, H, device).to(dtype)
-        M = config.max_distance
-        if rows is not None:
-            return table[:, offsets.clamp(-M, M) + M]
-        bias = torch.empty(H, S, S, dtype=dtype, device=device)
-        for offset in range(-(S - 1), S):  # offset = j - i is constant along a diagonal
-            column = table[:, max(-M, min(M, offset)) + M]
-            bias.diagonal(offset, dim1=-2, dim2=-1).copy_(
-                column[:, None].expand(H, S - abs(offset))
-            )
-        return bias
-    return None
+    """(H, S, S) additive bias before softmax (or (H, R, S) for query `rows`), None if none."""
+    if config.pattern.dense_bias is None:
+        return None
+    queries = torch.arange(seq_len, device=device) if rows is None else rows.to(device)
+    offsets = torch.arange(seq_len, device=device)[None, :] - queries[:, None]  # j - i: (R, S)
+    return config.pattern.dense_bias(config, num_heads, offsets).to(dtype)
 
 
 def dense_softcap(config: PatternConfig) -> float | None:
     """The soft-cap applied to scores, or None."""
-    return config.softcap if config.name == "softcap" else None
+    return config.softcap if config.pattern.softcapped else None
+
+
+def dense_block_sparsity(config: PatternConfig, seq_len: int, block_size: int) -> float:
+    """Percent of (query block, key block) tiles with no attended pair, from the dense mask:
+    what flex's BlockMask should skip."""
+    tiles = math.ceil(seq_len / block_size)
+    padded = torch.zeros(tiles * block_size, tiles * block_size, dtype=torch.bool)
+    padded[:seq_len, :seq_len] = dense_mask(config, seq_len)
+    visited = padded.view(tiles, block_size, tiles, block_size).any(dim=(1, 3))
+    return 100.0 * (1.0 - float(visited.sum()) / tiles**2)
 
 
 def attention_reference(
@@ -102,11 +67,11 @@ def attention_reference(
     softcap: float | None = None,
     compute_dtype: torch.dtype = torch.float64,
 ) -> Tensor:
-    """softmax(cap(q k^T / sqrt(D) + bias) masked) v with the full (B, H, S, S) score matrix.
+    """softmax(cap(q k^T / sqrt(D) + bias) masked) v with the full (B, H, R, S) score matrix.
 
     q: (B, H, R, D) (R = S, or a subset of query rows), k, v: (B, H, S, D); mask: (R, S) bool;
     bias: (H, R, S). Computed in `compute_dtype` (fp64: the oracle; the input dtype: the naive
-    materialised-scores baseline); returns q.dtype.
+    materialised-scores baseline); returns compute_dtype.
     """
     qc, kc, vc = (t.to(compute_dtype) for t in (q, k, v))
     scores = qc @ kc.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -116,7 +81,57 @@ def attention_reference(
         scores = softcap * torch.tanh(scores / softcap)
     if mask is not None:
         scores = scores.masked_fill(~mask.to(q.device), float("-inf"))
-    return (torch.softmax(scores, dim=-1) @ vc).to(q.dtype)
+    return torch.softmax(scores, dim=-1) @ vc
+
+
+def reference_rows(seq_len: int) -> Tensor | None:
+    """None (check every query row) up to FULL_CHECK_MAX_SEQ_LEN, else the first and last 64
+    rows and 128 spread between."""
+    if seq_len <= FULL_CHECK_MAX_SEQ_LEN:
+        return None
+    spread = torch.linspace(0, seq_len - 1, 128).long()
+    edges = torch.cat([torch.arange(64), torch.arange(seq_len - 64, seq_len)])
+    return torch.unique(torch.cat([edges, spread]))
+
+
+def output_rows(out: Tensor, rows: Tensor | None) -> Tensor:
+    """The query rows of `out` (B, H, S, D) that the reference computed."""
+    return out if rows is None else out[..., rows.to(out.device), :]
+
+
+def _row_chunks(q: Tensor, rows: Tensor | None) -> list[Tensor]:
+    """Query rows in chunks whose fp64 (B, H, rows, S) scores stay under CHUNK_BYTES."""
+    B, H, S, _ = q.shape
+    rows = torch.arange(S) if rows is None else rows.cpu()
+    per_chunk = max(1, CHUNK_BYTES // (8 * B * H * S))
+    return list(rows.split(per_chunk))
+
+
+def _reference_chunk(q, k, v, config: PatternConfig, rows: Tensor) -> Tensor:
+    S, H = k.shape[-2], k.shape[1]
+    mask = dense_mask(config, S)[rows]
+    bias = dense_bias(config, S, H, rows=rows, device=q.device)
+    q_rows = q[..., rows.to(q.device), :]
+    return attention_reference(q_rows, k, v, mask=mask, bias=bias, softcap=dense_softcap(config))
+
+
+def reference_output(q: Tensor, k: Tensor, v: Tensor, config: PatternConfig, *, rows=None):
+    """The fp64 oracle of `config`: (B, H, S, D), or (B, H, R, D) for query `rows`."""
+    chunks = [_reference_chunk(q, k, v, config, c) for c in _row_chunks(q, rows)]
+    return torch.cat(chunks, dim=-2)
+
+
+def reference_grads(
+    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, config: PatternConfig
+) -> tuple[Tensor, Tensor, Tensor]:
+    """fp64 (dq, dk, dv) of sum(out * grad_out): every query row, accumulated chunk by chunk
+    (each output row depends only on its own query row, so the chunks' gradients add up)."""
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    g64 = grad_out.double()
+    for rows in _row_chunks(q, None):
+        out = _reference_chunk(q64, k64, v64, config, rows)
+        (out * g64[..., rows.to(g64.device), :]).sum().backward()
+    return q64.grad, k64.grad, v64.grad
 
 
 def sdpa_mask(
@@ -125,17 +140,14 @@ def sdpa_mask(
     num_heads: int,
     dtype: torch.dtype,
     *,
-    rows: Tensor | None = None,
     device: torch.device | str = "cpu",
 ) -> Tensor:
-    """The pattern as one SDPA attn_mask: (S, S) bool, or (1, H, S, S) additive, -inf outside
-    (R query rows instead of S when `rows` is given).
+    """The pattern as one SDPA attn_mask: (S, S) bool, or (1, H, S, S) additive, -inf outside.
 
     4-D for a bias because SDPA's CPU flash kernel takes only 2-D or 4-D masks.
     """
     mask = dense_mask(config, seq_len).to(device)
-    mask = mask if rows is None else mask[rows.to(device)]
-    bias = dense_bias(config, seq_len, num_heads, rows=rows, dtype=dtype, device=device)
+    bias = dense_bias(config, seq_len, num_heads, dtype=dtype, device=device)
     if bias is None:
         return mask
     return bias.masked_fill(~mask, float("-inf"))[None]

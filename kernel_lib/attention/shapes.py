@@ -12,8 +12,7 @@ from torch import Tensor
 
 from kernel_lib.attention.patterns import PatternConfig
 from kernel_lib.attention.reference import dense_mask
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from kernel_lib.config import DTYPES
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class AttentionShape:
     heads: int
     seq_len: int
     head_dim: int
-    dtype: str = "float32"  # a key of DTYPES, as written in the parameter files
+    dtype: str = "float32"  # a key of kernel_lib.config.DTYPES, as in the parameter files
 
     def __post_init__(self):
         for field in ("batch", "heads", "seq_len", "head_dim"):

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 import pandas as pd
 import torch
 
-from kernel_lib.backends.roofline import torch_dtype
+from kernel_lib.backends import tolerances
+from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.roofline import gemm_check, gemm_operands
 from kernel_lib.backends.target import TOPIC, Target
-from kernel_lib.records import Record, measured, skipped, with_baseline
-from kernel_lib.timing import time_fn
+from kernel_lib.checks import Unsupported
+from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.records import Record
 
 # torch's names for the BLAS libraries on ROCm: "cublas" selects rocBLAS, "cublaslt" hipBLASLt.
 BLAS_LIBRARIES = {"rocblas": "cublas", "hipblaslt": "cublaslt"}
@@ -39,52 +43,46 @@ def preferred_blas(library: str):
         torch.backends.cuda.preferred_blas_library(before)
 
 
-def blas_libraries(
-    target: Target, *, n: int, dtype: str = "bfloat16", min_time_s: float = 0.2
-) -> list[Record]:
-    """The same n^3 GEMM through rocBLAS (baseline) and hipBLASLt; a library torch will not select
-    here is recorded skipped with what torch kept instead."""
-    if n <= 0:
-        raise ValueError(f"blas_size={n} must be > 0")
-    dt = torch_dtype(dtype)
+def mm_through(library: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b through BLAS `library` (a BLAS_LIBRARIES key), selected for this call only."""
+    with preferred_blas(library):
+        return a @ b
+
+
+def blas_libraries(target: Target, cfg: BackendConfig, *, dtype: str = "bfloat16") -> list[Record]:
+    """The same n^3 GEMM (n = blas_size) through rocBLAS (baseline) and hipBLASLt, interleaved,
+    each output checked against float64; a library torch will not select here is recorded
+    skipped with what torch kept instead."""
     if not target.present:
         return [target.absent("blas_library", name) for name in BLAS_LIBRARIES]
-    facts, device = target.facts, target.facts.device
-    shape = {"M": n, "N": n, "K": n}
-    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
-    records = []
+    n = cfg.blas_size
+    case = Case(TOPIC, "blas_library", {"M": n, "N": n, "K": n}, dtype=dtype)
+    try:
+        a, b = gemm_operands(n, dtype, target.facts.device, outputs=0)
+    except Unsupported as why:
+        return [
+            target.skip("blas_library", name, str(why), dtype=dtype, shape=case.shape)
+            for name in BLAS_LIBRARIES
+        ]
+    candidates = []
     for name, torch_name in BLAS_LIBRARIES.items():
         with preferred_blas(name) as in_use:
-            if in_use != torch_name:
-                records.append(
-                    skipped(
-                        TOPIC,
-                        "blas_library",
-                        name,
-                        f"torch kept {in_use}",
-                        facts=facts,
-                        dtype=dtype,
-                        shape=shape,
-                    )
-                )
-                continue
-            timing = time_fn(lambda: a @ b, device=device, min_time_s=min_time_s)
-        records.append(
-            measured(
-                TOPIC,
-                "blas_library",
+            kept = in_use != torch_name
+        candidates.append(
+            target.skip(
+                "blas_library", name, f"torch kept {in_use}", dtype=dtype, shape=case.shape
+            )
+            if kept
+            else Candidate(
                 name,
-                timing,
-                facts=facts,
-                dtype=dtype,
-                shape=shape,
+                partial(mm_through, name, a, b),
+                gemm_check(a, b, tolerances.GEMM[dtype]),
                 flops=2.0 * n**3,
             )
         )
-    base = records[0]
-    return [base] + [
-        with_baseline(r, base) if r.status == "ok" == base.status else r for r in records[1:]
-    ]
+    return compare(
+        case, candidates, facts=target.facts, baseline="rocblas", min_time_s=cfg.min_time_s
+    )
 
 
 def fp8_formats(*, seed: int = 0) -> pd.DataFrame:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 import torch
 
-from kernel_lib.backends.roofline import gemm_error
+from kernel_lib.backends import tolerances
+from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.roofline import gemm_check, gemm_operands
 from kernel_lib.backends.target import TOPIC, Target
-from kernel_lib.records import Record, measured, with_baseline
-from kernel_lib.timing import time_fn
+from kernel_lib.checks import Unsupported
+from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.records import Record
 
 # Compute capability (major, minor) -> tensor-core generation, from NVIDIA's architecture papers.
 # A name for the reader; nothing is enabled or assumed from it (the probes decide that by trying).
@@ -68,32 +72,32 @@ def fp32_precision(mode: str):
         matmul.fp32_precision = before
 
 
-def tf32_effect(target: Target, *, n: int, min_time_s: float = 0.2) -> list[Record]:
-    """An n^3 fp32 GEMM with TF32 off ('ieee', the baseline) and on ('tf32'): time and max relative
-    error against float64 (metrics.max_rel_err)."""
-    if n <= 0:
-        raise ValueError(f"tf32_size={n} must be > 0")
+def mm_at(mode: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with cuBLAS fp32 precision `mode` ('ieee' or 'tf32'), set for this call only."""
+    with fp32_precision(mode):
+        return a @ b
+
+
+def tf32_effect(target: Target, cfg: BackendConfig) -> list[Record]:
+    """An n^3 fp32 GEMM (n = tf32_size) with TF32 off ('ieee', the baseline) and on ('tf32'),
+    interleaved; each output checked against float64 (TF32 with its own, looser bound: the check's
+    rel_error is what TF32 costs)."""
     if not target.present:
         return [target.absent("tf32", "ieee"), target.absent("tf32", "tf32")]
-    facts, device = target.facts, target.facts.device
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
-    records = []
-    for mode in ("ieee", "tf32"):
-        with fp32_precision(mode):
-            timing = time_fn(lambda: a @ b, device=device, min_time_s=min_time_s)
-            err = gemm_error(256, "float32", device=device)
-        records.append(
-            measured(
-                TOPIC,
-                "tf32",
-                mode,
-                timing,
-                facts=facts,
-                dtype="float32",
-                shape={"M": n, "N": n, "K": n},
-                flops=2.0 * n**3,
-                metrics={"max_rel_err": err},
-            )
-        )
-    return [records[0], with_baseline(records[1], records[0])]
+    n = cfg.tf32_size
+    case = Case(TOPIC, "tf32", {"M": n, "N": n, "K": n}, dtype="float32")
+    try:
+        a, b = gemm_operands(n, "float32", target.facts.device, outputs=0)
+    except Unsupported as why:
+        return [
+            target.skip("tf32", mode, str(why), dtype="float32", shape=case.shape)
+            for mode in ("ieee", "tf32")
+        ]
+    bounds = {"ieee": tolerances.GEMM["float32"], "tf32": tolerances.TF32}
+    candidates = [
+        Candidate(mode, partial(mm_at, mode, a, b), gemm_check(a, b, bound), flops=2.0 * n**3)
+        for mode, bound in bounds.items()
+    ]
+    return compare(
+        case, candidates, facts=target.facts, baseline="ieee", min_time_s=cfg.min_time_s
+    )

@@ -4,7 +4,7 @@ answer against float64, never by a table of what a device "should" support."""
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 import torch

@@ -1,193 +1,185 @@
-"""Roofline measurements: GEMM FLOP rate over a size sweep, memory bandwidth by copy and triad."""
+"""Roofline measurements: GEMM FLOP rate over a size sweep (each size's dtypes interleaved, fp32
+the baseline), memory bandwidth by copy and triad. Every timed output is checked first."""
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Callable
+from functools import partial
+
 import torch
-from tqdm import tqdm
 
+from kernel_lib import checks
+from kernel_lib.backends import memory, tolerances
+from kernel_lib.backends.config import BackendConfig
 from kernel_lib.backends.target import TOPIC, Target, is_lazy
+from kernel_lib.checks import Check, Unsupported
+from kernel_lib.config import DTYPES
+from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts, datasheet_for
-from kernel_lib.records import Record, measured, skipped, with_datasheet, with_peak
-from kernel_lib.timing import time_fn
+from kernel_lib.records import Record, with_datasheet, with_peak
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Max relative error of an n=256 GEMM vs float64: each dtype's rounding scale, with headroom.
-TOLERANCES = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype for a parameter-file name; ValueError listing the valid names."""
-    if name not in DTYPES:
-        raise ValueError(f"dtype={name!r} must be one of {sorted(DTYPES)}")
-    return DTYPES[name]
+# A GEMM is checked on a block of its output: every row and column up to these counts, beyond
+# them evenly spaced ones (first and last included). Each entry is a full length-K dot product,
+# so the block sees the whole reduction while the fp64 reference stays cheap at any n.
+CHECK_ROWS, CHECK_COLS = 64, 256
+CHECK_ELEMENTS = 2**22  # copy/triad/transfer checks: all elements up to this, else evenly spaced
 
 
-def gemm_error(n: int, dtype: str, *, device: str, seed: int = 0) -> float:
-    """Max |mm - fp64 mm| / max |fp64 mm| for one n x n x n product in `dtype`."""
-    gen = torch.Generator().manual_seed(seed)
-    a64 = torch.randn(n, n, generator=gen, dtype=torch.float64)
-    b64 = torch.randn(n, n, generator=gen, dtype=torch.float64)
-    ref = a64 @ b64
-    dt = torch_dtype(dtype)
-    out = (a64.to(device, dt) @ b64.to(device, dt)).cpu().double()
-    return ((out - ref).abs().max() / ref.abs().max()).item()
+def spread(n: int, k: int) -> torch.Tensor:
+    """min(n, k) evenly spaced indices in [0, n), first and last included."""
+    return torch.linspace(0, n - 1, min(n, k), dtype=torch.float64).round().long()
 
 
-def check_gemm(
-    target: Target, dtypes: list[str], *, n: int = 256, tolerances: dict | None = None
-) -> pd.DataFrame:
-    """Each dtype's GEMM error against float64; AssertionError if any is above its tolerance."""
-    tolerances = {**TOLERANCES, **(tolerances or {})}
-    for name in dtypes:
-        torch_dtype(name)
-    if not target.present:
-        return pd.DataFrame({"check": [f"skipped: {target.reason}"]}, index=["gemm"])
-    errors = {d: gemm_error(n, d, device=target.facts.device) for d in dtypes}
-    bad = {d: e for d, e in errors.items() if e > tolerances[d]}
-    if bad:
-        raise AssertionError(f"GEMM error above tolerance: {bad} (tolerances {tolerances})")
-    return pd.DataFrame(
-        {"tolerance": [tolerances[d] for d in dtypes], "check": "PASS"}, index=dtypes
+def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The timed GEMM: out = a @ b into a preallocated output."""
+    return torch.mm(a, b, out=out)
+
+
+def copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """The timed copy: 2 N elements moved."""
+    return dst.copy_(src)
+
+
+def triad(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The timed triad x + 2 y: 3 N elements moved (into `out`, or a fresh tensor where None)."""
+    if out is None:
+        return torch.add(x, y, alpha=2.0)
+    return torch.add(x, y, alpha=2.0, out=out)
+
+
+def gemm_check(a: torch.Tensor, b: torch.Tensor, tolerance) -> Callable[[torch.Tensor], Check]:
+    """check(out) for out = a @ b: a CHECK_ROWS x CHECK_COLS block of out (all of it when smaller)
+    against float64 of the same operands, computed on the host."""
+    rows, cols = spread(a.shape[0], CHECK_ROWS), spread(b.shape[1], CHECK_COLS)
+
+    def reference() -> torch.Tensor:
+        left = a.index_select(0, rows.to(a.device)).cpu().double()
+        return left @ b.index_select(1, cols.to(b.device)).cpu().double()
+
+    label = f"float64 of the same operands, {len(rows)} x {len(cols)} output block"
+    inner = checks.against(reference, reference=label, tolerance=tolerance)
+    return lambda out: inner(
+        out.index_select(0, rows.to(out.device)).index_select(1, cols.to(out.device))
     )
 
 
-def gemm_sweep(
-    target: Target,
-    *,
-    sizes: list[int],
-    dtypes: list[str],
-    min_time_s: float = 0.2,
-    progress: bool = False,
-) -> list[Record]:
-    """Square `torch.mm(a, b, out=c)` per (dtype, n): FLOPs 2n^3, bytes 3n^2 elements (each
-    operand moved once). A size that does not fit records `skipped: out of memory`; the sweep
-    goes on."""
-    for n in sizes:
-        if n <= 0:
-            raise ValueError(f"gemm_sizes: {n} must be > 0")
-    for name in dtypes:
-        torch_dtype(name)
+def sampled_exact(ref: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], Check]:
+    """check(out): out == ref(indices) bit for bit on up to CHECK_ELEMENTS evenly spaced elements
+    of the flat output (all of them for small buffers); ref(idx) gives those elements."""
+
+    def check(out: torch.Tensor) -> Check:
+        idx = spread(out.numel(), CHECK_ELEMENTS)
+        got = out.reshape(-1).index_select(0, idx.to(out.device))
+        label = f"exact, {len(idx)} of {out.numel()} elements"
+        return checks.compare(got, ref(idx), reference=label, tolerance=tolerances.EXACT)
+
+    return check
+
+
+def gemm_operands(n: int, dtype: str, device: str, *, seed: int = 0, outputs: int = 1):
+    """Seeded n x n operands a, b (and `outputs` preallocated outputs) on `device`, generated on
+    the host so every device sees the same values; Unsupported when they do not fit."""
+    dt = DTYPES[dtype]
+
+    def make():
+        gen = torch.Generator().manual_seed(seed)
+        a, b = (torch.randn(n, n, generator=gen).to(device, dt) for _ in range(2))
+        return (a, b, *(torch.empty(n, n, device=device, dtype=dt) for _ in range(outputs)))
+
+    return memory.allocate(make, nbytes=(2 + outputs) * n * n * dt.itemsize, device=device)
+
+
+def _gemm_candidate(target: Target, n: int, dtype: str) -> Candidate | Record:
+    shape = {"M": n, "N": n, "K": n}
+    try:
+        a, b, c = gemm_operands(n, dtype, target.facts.device)
+    except Unsupported as why:
+        return target.skip("gemm", "torch_mm", str(why), dtype=dtype, shape=shape)
+    return Candidate(
+        "torch_mm",
+        lambda: mm(a, b, c),
+        gemm_check(a, b, tolerances.GEMM[dtype]),
+        flops=2.0 * n**3,
+        bytes=3.0 * n * n * DTYPES[dtype].itemsize,
+        dtype=dtype,
+    )
+
+
+def gemm_sweep(target: Target, cfg: BackendConfig, *, progress: bool = False) -> list[Record]:
+    """Square `torch.mm(a, b, out=c)` per n, all swept dtypes interleaved at each n: FLOPs 2n^3,
+    bytes 3n^2 elements (each operand moved once). With float32 swept, the other dtypes get
+    ratio_vs_baseline against it. A size that does not fit is skipped; the sweep goes on."""
     if not target.present:
         return [target.absent("gemm", "torch_mm")]
-    facts, records = target.facts, []
-    for name, n in tqdm(
-        [(d, n) for d in dtypes for n in sizes], disable=not progress, desc="gemm"
-    ):
-        dt, shape = torch_dtype(name), {"M": n, "N": n, "K": n}
-        try:
-            a = torch.randn(n, n, device=facts.device, dtype=dt)
-            b = torch.randn(n, n, device=facts.device, dtype=dt)
-            c = torch.empty(n, n, device=facts.device, dtype=dt)
-            timing = time_fn(
-                lambda: torch.mm(a, b, out=c), device=facts.device, min_time_s=min_time_s
-            )
-        except torch.OutOfMemoryError:
-            records.append(
-                skipped(
-                    TOPIC,
-                    "gemm",
-                    "torch_mm",
-                    "out of memory",
-                    facts=facts,
-                    dtype=name,
-                    shape=shape,
-                )
-            )
-            continue
-        finally:
-            a = b = c = None
-        records.append(
-            measured(
-                TOPIC,
-                "gemm",
-                "torch_mm",
-                timing,
-                facts=facts,
-                dtype=name,
-                shape=shape,
-                flops=2.0 * n**3,
-                bytes=3.0 * n * n * dt.itemsize,
-            )
+    dtypes = sorted(cfg.gemm_dtypes, key=lambda d: d != "float32")  # the baseline first
+    baseline = "torch_mm" if dtypes[0] == "float32" else None
+    records = []
+    for n in cfg.gemm_sizes:
+        case = Case(TOPIC, "gemm", {"M": n, "N": n, "K": n})
+        candidates = [_gemm_candidate(target, n, d) for d in dtypes]
+        records += compare(
+            case,
+            candidates,
+            facts=target.facts,
+            baseline=baseline,
+            min_time_s=cfg.min_time_s,
+            progress=f"gemm n={n}" if progress else None,
         )
+        del candidates  # free this size's operands before the next size's are sized
     return records
 
 
-def bandwidth(
-    target: Target,
-    *,
-    mib: list[int],
-    min_time_s: float = 0.2,
-    progress: bool = False,
-) -> list[Record]:
-    """fp32 copy (dst.copy_(src): 2 N elements moved) and triad (a = b + 2c: 3 N), into
-    preallocated outputs so allocation and page faults are not timed."""
-    for size in mib:
-        if size <= 0:
-            raise ValueError(f"bandwidth_mib: {size} must be > 0")
+def _vectors(n: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(5)
+    x, y = (torch.randn(n, generator=gen).to(device) for _ in range(2))
+    return x, y, torch.empty(n, device=device)
+
+
+def bandwidth(target: Target, cfg: BackendConfig, *, progress: bool = False) -> list[Record]:
+    """fp32 copy (2 N elements moved) and triad x + 2 y (3 N), into preallocated outputs so
+    allocation and page faults are not timed; both checked bit-exact (copies and one IEEE add)."""
     if not target.present:
         return [target.absent("copy", "torch_copy"), target.absent("triad", "torch_add")]
-    facts, records = target.facts, []
-    for size in tqdm(mib, disable=not progress, desc="bandwidth"):
+    device, records = target.facts.device, []
+    # XLA turns copy_ into an alias and donates out= buffers: time fresh outputs there.
+    lazy = is_lazy(device)
+    copy_impl = "torch_clone" if lazy else "torch_copy"
+    for size in cfg.bandwidth_mib:
         n, shape = size * 2**20 // 4, {"MiB": size}
+        copy_case = Case(TOPIC, "copy", shape, dtype="float32")
+        triad_case = Case(TOPIC, "triad", shape, dtype="float32")
         try:
-            x = torch.randn(n, device=facts.device)
-            y = torch.randn(n, device=facts.device)
-            z = torch.empty(n, device=facts.device)
-            if is_lazy(facts.device):
-                # XLA turns copy_ into an alias and donates out= buffers: time fresh outputs.
-                copy_fn, triad_fn = (
-                    lambda: x.clone(),
-                    lambda: torch.add(x, y, alpha=2.0),
-                )
-            else:
-                copy_fn, triad_fn = (
-                    (lambda: z.copy_(x)),
-                    (lambda: torch.add(x, y, alpha=2.0, out=z)),
-                )
-            copy = time_fn(copy_fn, device=facts.device, min_time_s=min_time_s)
-            triad = time_fn(triad_fn, device=facts.device, min_time_s=min_time_s)
-        except torch.OutOfMemoryError:
-            for case, impl in (("copy", "torch_copy"), ("triad", "torch_add")):
-                records.append(
-                    skipped(
-                        TOPIC,
-                        case,
-                        impl,
-                        "out of memory",
-                        facts=facts,
-                        dtype="float32",
-                        shape=shape,
-                    )
-                )
+            x, y, z = memory.allocate(partial(_vectors, n, device), nbytes=12.0 * n, device=device)
+        except Unsupported as why:
+            records += [
+                target.skip(c.case, impl, str(why), dtype="float32", shape=shape)
+                for c, impl in ((copy_case, copy_impl), (triad_case, "torch_add"))
+            ]
             continue
-        finally:
-            x = y = z = None
-        copy_impl = "torch_clone" if is_lazy(facts.device) else "torch_copy"
-        records.append(
-            measured(
-                TOPIC,
-                "copy",
-                copy_impl,
-                copy,
-                facts=facts,
-                dtype="float32",
-                shape=shape,
-                bytes=8.0 * n,
+
+        def source(idx, x=x):
+            return x.index_select(0, idx.to(x.device)).cpu()
+
+        def twice_plus(idx, x=x, y=y):
+            return source(idx, x) + 2 * y.index_select(0, idx.to(y.device)).cpu()
+
+        copy_fn = partial(torch.clone, x) if lazy else partial(copy, z, x)
+        triad_fn = partial(triad, x, y, None if lazy else z)
+        for case, candidate in (
+            (copy_case, Candidate(copy_impl, copy_fn, sampled_exact(source), bytes=8.0 * n)),
+            (
+                triad_case,
+                Candidate("torch_add", triad_fn, sampled_exact(twice_plus), bytes=12.0 * n),
+            ),
+        ):
+            records += compare(
+                case,
+                [candidate],
+                facts=target.facts,
+                min_time_s=cfg.min_time_s,
+                progress=f"{case.case} {size} MiB" if progress else None,
             )
-        )
-        records.append(
-            measured(
-                TOPIC,
-                "triad",
-                "torch_add",
-                triad,
-                facts=facts,
-                dtype="float32",
-                shape=shape,
-                bytes=12.0 * n,
-            )
-        )
+        del x, y, z, copy_fn, triad_fn, candidate
     return records
 
 

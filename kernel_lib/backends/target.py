@@ -34,7 +34,11 @@ class Target:
 
     def absent(self, case: str, implementation: str, **kwargs) -> Record:
         """The skipped record a section gives instead of measuring."""
-        return skipped(TOPIC, case, implementation, self.reason, facts=self.facts, **kwargs)
+        return self.skip(case, implementation, self.reason, **kwargs)
+
+    def skip(self, case: str, implementation: str, reason: str, **kwargs) -> Record:
+        """A skipped record of this device (kwargs: dtype, shape, mode)."""
+        return skipped(TOPIC, case, implementation, reason, facts=self.facts, **kwargs)
 
 
 def find_target(backend: str) -> Target:
@@ -49,6 +53,20 @@ def find_target(backend: str) -> Target:
         reason = f"no {backend} device (torch_xla not installed: see requirements-tpu.txt)"
     placeholder = DeviceFacts(backend=backend, device="none", name=f"no {backend} device")
     return Target(backend, placeholder, present=False, reason=reason)
+
+
+# ISA flags that decide CPU GEMM speed per dtype: two CPU reports differ here first.
+CPU_MATRIX_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+
+
+def cpu_facts(facts: DeviceFacts) -> dict:
+    """The CPU model and its ISA flags (DeviceFacts.arch), each matrix flag spelled out yes/no."""
+    flags = set((facts.arch or "").split())
+    return {
+        "cpu_model": facts.name,
+        "isa_flags": facts.arch,
+        **{flag: "yes" if flag in flags else "no" for flag in CPU_MATRIX_FLAGS},
+    }
 
 
 def facts_record(target: Target, extra: dict | None = None) -> Record:

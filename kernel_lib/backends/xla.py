@@ -4,22 +4,30 @@ only in the XLA environment (requirements-tpu.txt)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+import itertools
 import logging
 import math
 import os
 import statistics
+from functools import partial
 
 import pandas as pd
 import torch
 
-from kernel_lib.backends.costs import mlp_input, small_mlp
-from kernel_lib.backends.roofline import gemm_error
+from kernel_lib import checks
+from kernel_lib.backends import tolerances
+from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.costs import mlp_check, mlp_input, small_mlp
+from kernel_lib.backends.roofline import gemm_check, gemm_operands
 from kernel_lib.backends.target import TOPIC, Target
-from kernel_lib.records import Record, measured, with_baseline
-from kernel_lib.timing import Timing, time_fn
+from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.records import Record
 
 PRECISIONS = ("default", "high", "highest")  # torch_xla.backends.set_mat_mul_precision values
+PHASE_ROUNDS = 6  # each first_call compiles: the fewest rounds that give a 95 % interval
+SPARE_ROWS = 64  # new row counts for the first calls (PHASE_ROUNDS + 2 of them are used)
 
 
 def xla_facts() -> dict:
@@ -62,89 +70,64 @@ def compile_count() -> int:
     return met.counter_value("UncachedCompile") or 0
 
 
-def _metric_timing(name: str) -> Timing | None:
-    """A Timing from a torch_xla metric's samples (nanoseconds), as recorded by the runtime."""
+def _compile_ms() -> float | None:
+    """Median of torch_xla's CompileTime samples since the metrics were last cleared (ms)."""
     import torch_xla.debug.metrics as met
 
-    data = met.metric_data(name)
-    if not data:
-        return None
-    ms = sorted(value / 1e6 for _, value in data[2])
-    q = lambda f: ms[min(len(ms) - 1, round(f * (len(ms) - 1)))]  # noqa: E731
-    return Timing(
-        median_ms=statistics.median(ms),
-        p10_ms=q(0.1),
-        p90_ms=q(0.9),
-        min_ms=ms[0],
-        reps=len(ms),
-        method=f"torch_xla metric {name}",
-        peak_mem_bytes=None,
-    )
+    data = met.metric_data("CompileTime")
+    return statistics.median(v / 1e6 for _, v in data[2]) if data else None
 
 
-def compile_phases(
-    target: Target, *, batch: int, dim: int, dtype: str, min_time_s: float = 0.2
-) -> list[Record]:
-    """One MLP forward on a new shape, split into: trace (building the lazy graph on the host,
-    never run), first_call (trace + compile + execute), compile (XLA's CompileTime metric in the
-    first call) and cached_call (trace + execute once the graph is cached). It runs batch + 1 rows:
-    XLA's graph cache lives as long as the process, and the costs section compiled (batch, dim)."""
+def compile_phases(target: Target, cfg: BackendConfig) -> list[Record]:
+    """One MLP forward split into: trace (building the lazy graph on the host, never synced: the
+    check forces it once), first_call (trace + compile + execute: every call at a new row count,
+    mlp_batch + 1, + 2, ..., so each compiles; the first is the one checked) against cached_call
+    (trace + execute of a graph compiled before), interleaved with ratio first/cached.
+    first_call.metrics: compiles during that comparison and XLA's median CompileTime."""
+    phases = ("trace", "first_call", "cached_call")
     if not target.present:
-        return [
-            target.absent("xla_phase", phase)
-            for phase in ("trace", "first_call", "compile", "cached_call")
-        ]
+        return [target.absent("xla_phase", phase) for phase in phases]
     import torch_xla
     import torch_xla.debug.metrics as met
 
-    facts, device = target.facts, target.facts.device
-    rows = batch + 1
-    mlp, x = (
-        small_mlp(dim, device=device, dtype=dtype),
-        mlp_input(rows, dim, device=device, dtype=dtype),
-    )
+    device, dtype, batch, dim = target.facts.device, cfg.mlp_dtype, cfg.mlp_batch, cfg.mlp_dim
+    mlp = small_mlp(dim, device=device, dtype=dtype)
+    spare = mlp_input(batch + SPARE_ROWS, dim, device=device, dtype=dtype)
+    x = mlp_input(batch, dim, device=device, dtype=dtype)
     torch_xla.sync()
-    shape = {"batch": rows, "dim": dim}
-
-    def record(phase: str, timing: Timing, **metrics) -> Record:
-        return measured(
-            TOPIC,
-            "xla_phase",
-            phase,
-            timing,
-            facts=facts,
-            dtype=dtype,
-            shape=shape,
-            metrics=metrics,
-        )
-
+    rows = itertools.count(batch + 1)
+    case = Case(TOPIC, "xla_phase", {"batch": batch, "dim": dim}, dtype=dtype)
     with torch.no_grad():
-        # Host-only: outputs are dropped unsynced, so their graphs are never compiled or run.
-        trace = time_fn(lambda: mlp(x), device="cpu", min_time_s=min_time_s)
+        host_only = dataclasses.replace(target.facts, device="cpu")  # nothing synced: host time
+        records = compare(
+            case,
+            [Candidate("trace", lambda: mlp(x), mlp_check(mlp, x, dtype))],
+            facts=host_only,
+            min_time_s=cfg.min_time_s,
+        )
         met.clear_metrics()
         before = compile_count()
-        first = time_fn(lambda: mlp(x), device=device, warmup=0, reps=1)
-        compiles, compile_time = compile_count() - before, _metric_timing("CompileTime")
-        cached = time_fn(lambda: mlp(x), device=device, min_time_s=min_time_s)
-    records = [
-        record("trace", trace, note="host only: the lazy graph is built, never run"),
-        record("first_call", first, compiles=compiles),
-    ]
-    if compile_time:
-        records.append(record("compile", compile_time, compiles=compiles))
-    execute = max(cached.median_ms - trace.median_ms, 0.0)
-    records.append(
-        with_baseline(
-            record(
-                "cached_call",
-                cached,
-                compiles=compile_count() - before - compiles,
-                execute_ms_derived=execute,
-            ),
-            records[1],
+        first = Candidate(
+            "first_call",
+            lambda: mlp(spare[: next(rows)]),
+            mlp_check(mlp, spare[: batch + 1], dtype),
         )
-    )
-    return records
+        timed = compare(
+            case,
+            [first, Candidate("cached_call", lambda: mlp(x), mlp_check(mlp, x, dtype))],
+            facts=target.facts,
+            baseline="first_call",
+            rounds=PHASE_ROUNDS,
+            warmup=0,
+            min_time_s=cfg.min_time_s,
+        )
+    metrics = {"compiles": compile_count() - before, "xla_compile_ms_median": _compile_ms()}
+    return records + [
+        dataclasses.replace(r, metrics={**r.metrics, **metrics})
+        if r.implementation == "first_call"
+        else r
+        for r in timed
+    ]
 
 
 def bucket_length(length: int, bucket: int) -> int:
@@ -152,7 +135,7 @@ def bucket_length(length: int, bucket: int) -> int:
     return math.ceil(length / bucket) * bucket
 
 
-def _forward(
+def forward(
     mlp: torch.nn.Module, host: torch.Tensor, *, device: str, bucket: int | None
 ) -> torch.Tensor:
     """mlp over host (1, L, D) on the device; with `bucket`, padded on the host to bucket length
@@ -164,61 +147,65 @@ def _forward(
         return mlp(host.to(device)).cpu()[:, :length]
 
 
-def _validate(seq_lens: list[int], bucket: int) -> None:
-    if not seq_lens or min(seq_lens) <= 0:
-        raise ValueError(f"xla_seq_lens={seq_lens} must be non-empty positive lengths")
-    if bucket <= 0:
-        raise ValueError(f"xla_bucket={bucket} must be > 0")
-
-
-def _inputs(seq_lens: list[int], dim: int) -> list[torch.Tensor]:
+def _inputs(seq_lens, dim: int) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(2)
     return [torch.randn(1, n, dim, generator=gen) for n in seq_lens]
 
 
-def recompiles(target: Target, *, seq_lens: list[int], bucket: int, dim: int) -> list[Record]:
-    """A pass over inputs of lengths `seq_lens`, bucketed first then unpadded; metrics.compiles is
-    how many graphs XLA compiled during that pass (a shape compiled before in this process is a
-    cache hit). The bucketed outputs' real rows are checked against the unpadded ones
-    (AssertionError if they differ) before anything is recorded."""
-    _validate(seq_lens, bucket)
+def recompiles(target: Target, cfg: BackendConfig) -> list[Record]:
+    """Passes over inputs of lengths xla_seq_lens (width mlp_dim), unpadded (the baseline) and
+    bucketed to multiples of xla_bucket. metrics.compiles: graphs XLA compiled in a first pass of
+    each (bucketed first; a shape compiled before in this process is a cache hit). Then both
+    passes, checked against the float64 MLP, are timed interleaved once every shape is cached."""
+    impls = {"unpadded": None, "bucketed": cfg.xla_bucket}
     if not target.present:
-        return [target.absent("shape_change", impl) for impl in ("unpadded", "bucketed")]
-    facts, device = target.facts, target.facts.device
-    mlp, inputs = small_mlp(dim, device=device, dtype="float32"), _inputs(seq_lens, dim)
-    outputs, counts, timings = {}, {}, {}
-    for impl, b in (("bucketed", bucket), ("unpadded", None)):
-
-        def run(impl=impl, b=b):
-            outputs[impl] = [_forward(mlp, h, device=device, bucket=b) for h in inputs]
-
+        return [target.absent("shape_change", impl) for impl in impls]
+    device, dim = target.facts.device, cfg.mlp_dim
+    mlp, inputs = small_mlp(dim, device=device, dtype="float32"), _inputs(cfg.xla_seq_lens, dim)
+    passes = {impl: partial(_pass, mlp, inputs, device, bucket) for impl, bucket in impls.items()}
+    compiles = {}
+    for impl in ("bucketed", "unpadded"):
         before = compile_count()
-        timings[impl] = time_fn(run, device=device, warmup=0, reps=1)
-        counts[impl] = compile_count() - before
-    diff = max(
-        (p - u).abs().max().item()
-        for p, u in zip(outputs["bucketed"], outputs["unpadded"], strict=True)
+        passes[impl]()
+        compiles[impl] = compile_count() - before
+
+    def reference() -> list[torch.Tensor]:
+        mlp64 = small_mlp(dim, device="cpu", dtype="float64")
+        with torch.no_grad():
+            return [mlp64(h.double()) for h in inputs]
+
+    check = checks.against(
+        reference,
+        reference="float64 MLP on the host, unpadded",
+        tolerance=tolerances.MLP["float32"],
     )
-    if diff > 1e-5:
-        raise AssertionError(f"bucketed outputs differ from unpadded ones by {diff:.2e}")
-    records = {
-        impl: measured(
-            TOPIC,
-            "shape_change",
-            impl,
-            timings[impl],
-            facts=facts,
-            dtype="float32",
-            shape={"passes": len(seq_lens), "dim": dim},
+    case = Case(TOPIC, "shape_change", {"passes": len(inputs), "dim": dim}, dtype="float32")
+    records = compare(
+        case,
+        [Candidate(impl, fn, check) for impl, fn in passes.items()],
+        facts=target.facts,
+        baseline="unpadded",
+        min_time_s=cfg.min_time_s,
+    )
+    shapes = {
+        impl: len({bucket_length(n, b) if b else n for n in cfg.xla_seq_lens})
+        for impl, b in impls.items()
+    }
+    return [
+        dataclasses.replace(
+            r,
             metrics={
-                "compiles": counts[impl],
-                "max_abs_diff_vs_unpadded": diff if b else 0.0,
-                "distinct_shapes": len({bucket_length(n, b) if b else n for n in seq_lens}),
+                **r.metrics,
+                "compiles": compiles[r.implementation],
+                "distinct_shapes": shapes[r.implementation],
             },
         )
-        for impl, b in (("unpadded", None), ("bucketed", bucket))
-    }
-    return [records["unpadded"], with_baseline(records["bucketed"], records["unpadded"])]
+        for r in records
+    ]
+
+
+def _pass(mlp, inputs, device, bucket) -> list[torch.Tensor]:
+    return [forward(mlp, h, device=device, bucket=bucket) for h in inputs]
 
 
 def compile_table(records: list[Record]) -> pd.DataFrame:
@@ -236,44 +223,46 @@ def compile_table(records: list[Record]) -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
-def matmul_precision(target: Target, *, n: int, min_time_s: float = 0.2) -> list[Record]:
-    """An fp32 n^3 GEMM at each torch_xla matmul precision (TPUs run 'default' fp32 matmuls in bf16
-    passes): time, and max relative error vs float64 (metrics.max_rel_err) at n=256."""
-    if n <= 0:
-        raise ValueError(f"xla_precision_size={n} must be > 0")
+def mm_at_precision(precision: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b traced at torch_xla matmul precision `precision` (left set: the caller restores)."""
+    import torch_xla.backends
+
+    torch_xla.backends.set_mat_mul_precision(precision)
+    return a @ b
+
+
+def matmul_precision(target: Target, cfg: BackendConfig) -> list[Record]:
+    """An fp32 n^3 GEMM (n = xla_precision_size) at each torch_xla matmul precision, interleaved,
+    'highest' the baseline (TPUs run 'default' fp32 matmuls in bf16 passes); each output checked
+    against float64 with its precision's bound."""
     if not target.present:
         return [target.absent("matmul_precision", p) for p in PRECISIONS]
     import torch_xla.backends
 
-    facts, device = target.facts, target.facts.device
-    a, b = torch.randn(n, n).to(device), torch.randn(n, n).to(device)
-    before, records = torch_xla.backends.get_mat_mul_precision(), []
+    n, device = cfg.xla_precision_size, target.facts.device
+    case = Case(TOPIC, "matmul_precision", {"M": n, "N": n, "K": n}, dtype="float32")
+    a, b = gemm_operands(n, "float32", device, outputs=0)
+    candidates = [
+        Candidate(
+            p,
+            partial(mm_at_precision, p, a, b),
+            gemm_check(a, b, tolerances.XLA_PRECISION[p]),
+            flops=2.0 * n**3,
+        )
+        for p in PRECISIONS
+    ]
+    before = torch_xla.backends.get_mat_mul_precision()
     # torch_xla logs a warning each time the precision is set again; this function means to.
     log = logging.getLogger("torch_xla.backends")
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        for precision in PRECISIONS:
-            torch_xla.backends.set_mat_mul_precision(precision)
-            timing = time_fn(lambda: a @ b, device=device, min_time_s=min_time_s)
-            records.append(
-                measured(
-                    TOPIC,
-                    "matmul_precision",
-                    precision,
-                    timing,
-                    facts=facts,
-                    dtype="float32",
-                    shape={"M": n, "N": n, "K": n},
-                    flops=2.0 * n**3,
-                    metrics={"max_rel_err": gemm_error(256, "float32", device=device)},
-                )
-            )
+        return compare(
+            case, candidates, facts=target.facts, baseline="highest", min_time_s=cfg.min_time_s
+        )
     finally:
         torch_xla.backends.set_mat_mul_precision(before)
         log.setLevel(level)
-    highest = records[-1]
-    return [with_baseline(r, highest) if r is not highest else r for r in records]
 
 
 def metrics_report() -> str:

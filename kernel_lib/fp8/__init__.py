@@ -1,41 +1,76 @@
-"""Native FP8: formats, scaling recipes, quantisation, a _scaled_mm linear layer, conversion,
-inference and training. Triton kernels (`quantize_triton`) are imported on demand."""
+"""Native FP8: formats, scaling recipes, quantisation and its fp64 reference, a _scaled_mm linear
+layer, conversion, inference and training. Triton kernels (`quantize_triton`) are imported on demand."""
 
-from kernel_lib.fp8.checks import linear_check, scaled_mm_check
+from kernel_lib.fp8.checks import TOLERANCES, linear_check, scaled_mm_check
+from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.convert import ConversionReport, convert_to_fp8, swap_linears
-from kernel_lib.fp8.formats import FORMATS, Fp8Format, FormatInfo, format_info, format_table, fp8_dtype
+from kernel_lib.fp8.formats import (
+    FORMATS,
+    FormatInfo,
+    Fp8Format,
+    format_info,
+    format_table,
+    fp8_dtype,
+)
 from kernel_lib.fp8.inference import (
-    Fp8InferenceLinear, InferenceComparison, compare_inference, convert_for_inference, weight_bytes,
+    Fp8InferenceLinear,
+    InferenceComparison,
+    compare_inference,
+    convert_for_inference,
+    weight_bytes,
 )  # fmt: skip
 from kernel_lib.fp8.linear import (
-    Fp8Linear, Fp8LinearConfig, check_fp8_dims, dynamic_quantize, fp8_linear_reference, fp8_matmul_support,
-    scaled_mm, scaled_mm_unsupported,
+    Fp8Linear,
+    Fp8LinearConfig,
+    check_fp8_dims,
+    dynamic_quantize,
+    fp8_matmul_support,
+    scaled_mm,
+    scaled_mm_unsupported,
 )  # fmt: skip
-from kernel_lib.fp8.numerics import error_metrics, quantization_error_table, relative_errors, sample_tensor
-from kernel_lib.fp8.quantize import Fp8Tensor, dequantize, fp8_grid, quantize, quantize_reference, round_reference
+from kernel_lib.fp8.numerics import (
+    error_metrics,
+    quantization_error_table,
+    relative_errors,
+    sample_tensor,
+)
+from kernel_lib.fp8.quantize import Fp8Tensor, dequantize, fp8_grid, quantize
 from kernel_lib.fp8.quantize_compiled import compiled_quantize
+from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference, round_to_format
 from kernel_lib.fp8.scaling import (
-    GRANULARITIES, RECIPES, CastStats, Granularity, ScalingMode, ScalingRecipe, amax, cast_stats,
-    delayed_scale, push_amax, scale_from_amax, scaling_recipe,
+    GRANULARITIES,
+    RECIPES,
+    CastStats,
+    Granularity,
+    ScalingMode,
+    ScalingRecipe,
+    amax,
+    cast_stats,
+    delayed_scale,
+    push_amax,
+    scale_from_amax,
+    scaling_recipe,
 )  # fmt: skip
-from kernel_lib.fp8.training import TrainConfig, make_model, train, training_runs
+from kernel_lib.fp8.training import TrainConfig, loss_checks, make_model, train, training_runs
 
 __all__ = [
+    # configuration
+    "Fp8BenchConfig",
     # formats
     "FORMATS", "Fp8Format", "FormatInfo", "format_info", "format_table", "fp8_dtype",
     # scaling
     "GRANULARITIES", "RECIPES", "CastStats", "Granularity", "ScalingMode", "ScalingRecipe", "amax",
     "cast_stats", "delayed_scale", "push_amax", "scale_from_amax", "scaling_recipe",
-    # quantisation: reference, its fp64 oracle, the compiled CPU/GPU path
-    "Fp8Tensor", "dequantize", "fp8_grid", "quantize", "quantize_reference", "round_reference",
-    "compiled_quantize",
-    # error metrics and correctness tables
+    # quantisation and the compiled CPU/GPU path
+    "Fp8Tensor", "dequantize", "fp8_grid", "quantize", "compiled_quantize",
+    # fp64 references, tolerances, error metrics and correctness tables
+    "fp8_linear_reference", "quantize_reference", "round_to_format", "TOLERANCES",
     "error_metrics", "quantization_error_table", "relative_errors", "sample_tensor",
     "linear_check", "scaled_mm_check",
     # layers, conversion, inference, training
-    "Fp8Linear", "Fp8LinearConfig", "check_fp8_dims", "dynamic_quantize", "fp8_linear_reference",
-    "fp8_matmul_support", "scaled_mm", "scaled_mm_unsupported",
+    "Fp8Linear", "Fp8LinearConfig", "check_fp8_dims", "dynamic_quantize", "fp8_matmul_support",
+    "scaled_mm", "scaled_mm_unsupported",
     "ConversionReport", "convert_to_fp8", "swap_linears",
     "Fp8InferenceLinear", "InferenceComparison", "compare_inference", "convert_for_inference", "weight_bytes",
-    "TrainConfig", "make_model", "train", "training_runs",
+    "TrainConfig", "loss_checks", "make_model", "train", "training_runs",
 ]  # fmt: skip

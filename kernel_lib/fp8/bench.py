@@ -1,236 +1,458 @@
-"""`python -m kernel_lib bench fp8`: quantisation bandwidth, FP8 vs bf16 linear speed, inference
-memory/error and training losses, as records. The notebook calls these same functions in order."""
+"""`python -m kernel_lib bench fp8`: quantisation bandwidth against copy, FP8 against bf16 linear
+speed, inference memory/error and the training check, as records. The notebook calls these same
+functions in order, each with the `Fp8BenchConfig`."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from kernel_lib.fp8.comparators import comparator_records
+from kernel_lib import records as rec
+from kernel_lib.checks import Check, against, exact
+from kernel_lib.fp8.checks import TOLERANCES, out_tolerance
+from kernel_lib.fp8.comparators import comparator_candidates
+from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.formats import fp8_dtype
 from kernel_lib.fp8.inference import InferenceComparison, compare_inference
 from kernel_lib.fp8.linear import (
-    Fp8Linear, Fp8LinearConfig, dynamic_quantize, fp8_matmul_support, scaled_mm, scaled_mm_unsupported,
+    Fp8Linear,
+    Fp8LinearConfig,
+    dynamic_quantize,
+    fp8_matmul_support,
+    scaled_mm,
+    scaled_mm_unsupported,
 )  # fmt: skip
-from kernel_lib.fp8.numerics import error_metrics
-from kernel_lib.fp8.quantize import quantize
-from kernel_lib.fp8.training import TrainConfig, make_model, training_runs
+from kernel_lib.fp8.quantize import Fp8Tensor, quantize
+from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference
+from kernel_lib.fp8.scaling import ScalingMode
+from kernel_lib.fp8.training import loss_checks, make_model, training_runs
+from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts, device_facts
-from kernel_lib.records import Record, failed, measured, skipped, with_baseline, with_peak
-from kernel_lib.timing import time_fn, time_interleaved
 
 TOPIC = "fp8"
 QUANT_K = 4096  # row length of the bandwidth inputs
-LINEAR_TOL = 0.08  # FP8 vs bf16 output, relative: ~2.6 % per e4m3 operand (perf_anchors.md 2.1)
+GPU = ("nvidia", "amd")
 
 
-def _info_record(facts: DeviceFacts, case: str, implementation: str, **fields) -> Record:
-    """A result that is not a timing (errors, memory, losses): metrics only."""
-    return Record(topic=TOPIC, case=case, implementation=implementation, device=facts.name,
-                  backend=facts.backend, **fields)
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """t where fp64 runs well (CPU, CUDA/ROCm, XPU), else on the CPU (XLA, MPS): for references."""
+    return t if t.device.type in ("cpu", "cuda", "xpu") else t.cpu()
 
 
-def _quantizers(facts: DeviceFacts, gran: str, fmt: str) -> dict:
-    """implementation name -> (callable(x, out) or None, skip reason)."""
+def _skip(
+    case: Case, implementation: str, reason: str, facts: DeviceFacts, dtype: str | None = None
+) -> rec.Record:
+    return rec.skipped(
+        TOPIC,
+        case.case,
+        implementation,
+        reason,
+        facts=facts,
+        dtype=dtype or case.dtype,
+        shape=case.shape,
+        mode=case.mode,
+    )
+
+
+def _codes(q: Fp8Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return q.data.view(torch.uint8), q.scale
+
+
+def _exact_codes(reference) -> Callable[[Fp8Tensor], Check]:
+    """A check of an Fp8Tensor: its bytes and scales identical to those of `reference()`."""
+    check = exact(
+        lambda: _codes(reference()), reference="fp64 quantisation reference (bytes, scales)"
+    )
+    return lambda q: check(_codes(q))
+
+
+def _quantizers(
+    facts: DeviceFacts, gran: str, fmt: str, x: torch.Tensor, out: torch.Tensor
+) -> dict:
+    """implementation -> the timed call, or why it cannot run here."""
     from kernel_lib.fp8.quantize_compiled import compiled_quantize
 
-    built = gran in ("tensorwise", "rowwise")
-    gpu = facts.backend in ("nvidia", "amd")
-    if gpu:
-        triton_reason = "not built for blockwise"
-    elif facts.backend == "cpu":
-        triton_reason = "Triton kernels need a GPU here; TRITON_INTERPRET=1 runs them in numpy, for correctness only"
-    else:
-        triton_reason = f"the Triton kernel is built and tested for NVIDIA/AMD GPUs, not {facts.backend}"
-    compiled_reason = "not built for blockwise"
     if facts.backend == "xla":
-        built, compiled_reason = False, "torch.compile's Inductor does not target XLA devices"
-    fused = None
-    if gpu and built:
+        compiled = "torch.compile's Inductor does not target XLA devices"
+    elif gran == "blockwise":
+        compiled = "not built for blockwise"
+    else:
+        compiled = lambda: compiled_quantize(x, fmt=fmt, granularity=gran, out=out)  # noqa: E731
+    if facts.backend not in GPU:
+        fused = (
+            f"the Triton kernel is built for NVIDIA/AMD GPUs, not {facts.backend} "
+            "(TRITON_INTERPRET=1 tests it in numpy, for correctness only)"
+        )
+    elif gran == "blockwise":
+        fused = "not built for blockwise"
+    else:
         from kernel_lib.fp8.quantize_triton import fused_quantize
 
-        fused = lambda x, out: fused_quantize(x, fmt=fmt, granularity=gran)  # noqa: E731
+        fused = lambda: fused_quantize(x, fmt=fmt, granularity=gran)  # noqa: E731
     return {
-        "quantize": (lambda x, out: quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"), ""),
-        "compiled_quantize": ((lambda x, out: compiled_quantize(x, fmt=fmt, granularity=gran, out=out)) if built
-                              else None, compiled_reason),
-        "fused_quantize": (fused, triton_reason),
+        "quantize": lambda: quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
+        "compiled_quantize": compiled,
+        "fused_quantize": fused,
     }
 
 
-def quantize_bandwidth(facts: DeviceFacts, *, mib: list[int], granularities: list[str], fmt: str = "e4m3fn",
-                       min_time_s: float = 0.2, progress: bool = False) -> list[Record]:
-    """fp32 (rows, 4096) -> `fmt` per granularity and implementation, and fp32 `copy_` of the
-    same tensor into a preallocated one, all timed in alternation (`time_interleaved`) so the
-    fractions hold on a shared machine. Bytes: x read once + FP8 written once + scales (a
-    two-pass kernel's re-read is not counted: it shows as lower GB/s). fraction_of_peak is GB/s
-    over the copy's GB/s. Every output is first checked bit-exact against `quantize`."""
-    records = []
-    for size in tqdm(mib, disable=not progress, desc="quantize bandwidth"):
-        if size <= 0:
-            raise ValueError(f"mib={size} must be > 0")
+def _headline_quantizer(facts: DeviceFacts) -> str:
+    """The quantiser a reader of this device would use: Triton on GPUs, else Inductor."""
+    return "fused_quantize" if facts.backend in GPU else "compiled_quantize"
+
+
+def quantize_bandwidth(
+    config: Fp8BenchConfig, facts: DeviceFacts, *, progress: bool = False
+) -> list[rec.Record]:
+    """Per size, one interleaved `compare`: fp32 `copy_` into a preallocated tensor (baseline,
+    checked dst == src) and every quantiser per granularity of fp32 (rows, 4096) -> linear_format
+    (checked bit-exact, bytes and scales, against the fp64 reference). Bytes: x read once + FP8
+    written once + scales (a two-pass kernel's re-read shows as lower GB/s); fraction_of_peak is
+    GB/s over the copy's GB/s. Headline: the device's quantiser over copy at the largest size."""
+    fmt, records = config.linear_format, []
+    torch.manual_seed(config.seed)
+    for size in tqdm(config.quant_mib, disable=not progress, desc="quantize bandwidth"):
         rows = max(1, size * 2**20 // 4 // QUANT_K)
         x = torch.randn(rows, QUANT_K, device=facts.device)
+        dst, out = (
+            torch.empty_like(x),
+            torch.empty(x.shape, dtype=fp8_dtype(fmt), device=facts.device),
+        )
         n = x.numel()
-        dst = torch.empty_like(x)
-        out = torch.empty(x.shape, dtype=fp8_dtype(fmt), device=facts.device)
-        shape = {"MiB": size, "rows": rows, "K": QUANT_K}
-        timed = {("copy", "torch_copy"): lambda: dst.copy_(x)}
-        results = []  # (case, implementation, record or None until timed), in report order
-        scale_bytes = {}
-        for gran in granularities:
-            case = f"quantize_{gran}"
-            reference = quantize(x, fmt=fmt, granularity=gran, nonfinite="nan")
-            expected, scale_bytes[case] = reference.data.view(torch.uint8), 4.0 * reference.scale.numel()
-            for name, (fn, reason) in _quantizers(facts, gran, fmt).items():
-                result = None
-                if fn is None:
-                    result = skipped(TOPIC, case, name, reason, facts=facts, dtype="float32", shape=shape)
-                elif not torch.equal(got := fn(x, out).data.view(torch.uint8), expected):
-                    result = failed(TOPIC, case, name, f"{int((got != expected).sum())} bytes differ from quantize",
-                                    facts=facts, dtype="float32", shape=shape)
-                else:
-                    timed[case, name] = functools.partial(fn, x, out)
-                results.append((case, name, result))
-        timings = time_interleaved(timed, device=facts.device, min_time_s=min_time_s)
-        copy = measured(TOPIC, "copy", "torch_copy", timings["copy", "torch_copy"], facts=facts,
-                        dtype="float32", shape={"MiB": size}, bytes=8.0 * n)
-        records.append(copy)
-        for case, name, result in results:
-            if result is None:
-                result = with_peak(measured(TOPIC, case, name, timings[case, name], facts=facts, dtype="float32",
-                                            shape=shape, bytes=5.0 * n + scale_bytes[case]),
-                                   copy.gbps, rate="gbps", basis="fp32 copy_ into a preallocated tensor, "
-                                   "timed alternately with it")
-            records.append(result)
-    return records
+        case = Case(TOPIC, "quantize", {"MiB": size, "rows": rows, "K": QUANT_K}, dtype="float32")
+        candidates = [
+            Candidate(
+                "copy", lambda: dst.copy_(x), check=exact(x, reference="the source"), bytes=8.0 * n
+            )
+        ]
+        for gran in config.quant_granularities:
+            reference = functools.cache(
+                lambda g=gran: quantize_reference(_host(x), fmt=fmt, granularity=g)
+            )
+            for name, fn in _quantizers(facts, gran, fmt, x, out).items():
+                if isinstance(fn, str):
+                    candidates.append(_skip(case, f"{name}_{gran}", fn, facts))
+                    continue
+                scales = (
+                    rows
+                    if gran == "rowwise"
+                    else (-(-rows // 128) * 32 if gran == "blockwise" else 1)
+                )
+                candidates.append(
+                    Candidate(
+                        f"{name}_{gran}",
+                        fn,
+                        check=_exact_codes(reference),
+                        bytes=5.0 * n + 4.0 * scales,
+                    )
+                )
+        got = compare(
+            case,
+            candidates,
+            facts=facts,
+            baseline="copy",
+            min_time_s=config.min_time_s,
+            progress="quantize" if progress else None,
+        )
+        copy = got[0]
+        basis = "fp32 copy_ into a preallocated tensor, timed in alternation with it"
+        records += [
+            rec.with_peak(r, copy.gbps, basis=basis, rate="gbps") if r is not copy else r
+            for r in got
+        ]
+    headline = f"{_headline_quantizer(facts)}_{config.quant_granularities[0]}"
+    return _declare(
+        records,
+        headline,
+        {"MiB": max(config.quant_mib)},
+        f"FP8 quantise ({headline}) bandwidth as a fraction of copy",
+    )
 
 
-def skipped_section(facts: DeviceFacts, case: str, reason: str) -> list[Record]:
-    """The record of a notebook section that needs FP8 linears, on a device that has none."""
-    return [skipped(TOPIC, case, "fp8_model", reason, facts=facts)]
+def _declare(
+    records: list[rec.Record], implementation: str, shape: dict, label: str
+) -> list[rec.Record]:
+    """`records` with the one whose implementation is `implementation` at `shape` (a subset of
+    its shape) declared a headline."""
+
+    def match(r):
+        return r.implementation == implementation and all(
+            r.shape.get(k) == v for k, v in shape.items()
+        )
+
+    return [rec.as_headline(r, label) if match(r) else r for r in records]
 
 
 def _emulated_reason(facts: DeviceFacts) -> str | None:
+    """Why FP8 GEMMs are not timed here (None where FP8 matrix units run them)."""
     support = fp8_matmul_support(facts.device)
     if support == "native":
         return None
     if support == "emulated":
-        return ("emulated: no FP8 matrix units on this device (torch._scaled_mm runs a reference "
-                "emulation, orders of magnitude slower than bf16 mm); checked for correctness, never timed")
+        return (
+            "emulated: no FP8 matrix units on this device (torch._scaled_mm runs a reference "
+            "emulation, orders of magnitude slower than bf16 mm); checked, never timed"
+        )
     return scaled_mm_unsupported(facts.device)
 
 
-def linear_speed(facts: DeviceFacts, *, sizes: list[int], recipes: list[str], fmt: str = "e4m3fn",
-                 min_time_s: float = 0.2, progress: bool = False) -> list[Record]:
-    """Forward of an n x n x n linear (x: (n, n) bf16, W: (n, n)): bf16 `F.linear` (baseline), and
-    per recipe the FP8 GEMM alone on pre-quantised operands (`scaled_mm`), with x quantised per
-    call and W stored in FP8 (`fp8_inference_linear`), and with both quantised per call as in
-    training (`fp8_linear`). FP8 records are `skipped` on devices without FP8 matrix units."""
-    reason = _emulated_reason(facts)
-    gpu = facts.backend in ("nvidia", "amd")
-    records = []
-    for n in tqdm(sizes, disable=not progress, desc="linear speed"):
-        if n <= 0 or n % 16:
-            raise ValueError(f"size n={n} must be a positive multiple of 16")
-        shape = {"M": n, "K": n, "N": n}
-        x = torch.randn(n, n, device=facts.device, dtype=torch.bfloat16)
-        w = torch.randn(n, n, device=facts.device, dtype=torch.bfloat16) / n**0.5
-        base = measured(TOPIC, "linear_forward", "bf16_linear", time_fn(lambda: F.linear(x, w), device=facts.device,
-                        min_time_s=min_time_s), facts=facts, dtype="bfloat16", shape=shape, flops=2.0 * n**3)
-        records.append(base)
-        for recipe in recipes:
-            names = ("scaled_mm", "fp8_inference_linear", "fp8_linear")
-            if reason:
-                records += [skipped(TOPIC, "linear_forward", f"{nm}_{recipe}", reason, facts=facts,
-                                    dtype=f"float8_{fmt}", shape=shape) for nm in names]
-                continue
-            config = Fp8LinearConfig.from_recipe_name(recipe, fmt=fmt, quantizer="triton" if gpu else "torch")
-            layer = Fp8Linear(n, n, bias=False, config=config, device=facts.device, dtype=torch.bfloat16)
-            with torch.no_grad():
-                layer.weight.copy_(w)
-            qx, qw = dynamic_quantize(x, config), dynamic_quantize(w, config)
-            paths = {"scaled_mm": lambda: scaled_mm(qx, qw, out_dtype=torch.bfloat16),
-                     "fp8_inference_linear": lambda: scaled_mm(dynamic_quantize(x, config), qw, out_dtype=torch.bfloat16),
-                     "fp8_linear": lambda: layer(x)}
-            expected = F.linear(x, w)
-            for nm, fn in paths.items():
-                with torch.no_grad():
-                    try:  # cuBLAS/CUTLASS reject some layouts per arch (e.g. rowwise on sm_89, #130359)
-                        err = error_metrics(expected, fn())["rel_error"]
-                    except RuntimeError as exc:
-                        records.append(failed(TOPIC, "linear_forward", f"{nm}_{recipe}", str(exc).splitlines()[0],
-                                              facts=facts, dtype=f"float8_{fmt}", shape=shape))
-                        continue
-                    if not err <= LINEAR_TOL:
-                        records.append(failed(TOPIC, "linear_forward", f"{nm}_{recipe}", f"rel error {err:.3g} vs bf16",
-                                              facts=facts, dtype=f"float8_{fmt}", shape=shape))
-                        continue
-                    timing = time_fn(fn, device=facts.device, min_time_s=min_time_s)
-                record = measured(TOPIC, "linear_forward", f"{nm}_{recipe}", timing, facts=facts, dtype=f"float8_{fmt}",
-                                  shape=shape, flops=2.0 * n**3, metrics={"rel_error_vs_bf16": err})
-                records.append(with_baseline(record, base))
-    return records
-
-
-def inference_records(comparison: InferenceComparison, facts: DeviceFacts) -> list[Record]:
-    """Weight memory (from tensor storage) and output error of the bf16 and FP8-converted model."""
-    c = comparison
-    common = {"converted": len(c.report.converted), "not_converted": len(c.report.not_converted)}
+def _fp8_candidates(
+    config: Fp8BenchConfig, recipe: str, x: torch.Tensor, w: torch.Tensor, facts: DeviceFacts
+) -> list[Candidate]:
+    """The FP8 forward of x @ w.T (bf16 out) three ways, checked against the fp64 FP8 reference:
+    the GEMM alone on pre-quantised operands, x quantised per call with W stored in FP8
+    (inference), and both quantised per call by Fp8Linear (training)."""
+    fmt, (m, k), n = config.linear_format, x.shape, w.shape[0]
+    dynamic = Fp8LinearConfig.from_recipe_name(recipe).recipe.mode is ScalingMode.DYNAMIC
+    quantizer = "triton" if facts.backend in GPU and dynamic else "torch"
+    lin = Fp8LinearConfig.from_recipe_name(recipe, fmt=fmt, quantizer=quantizer)
+    layer = Fp8Linear(k, n, bias=False, config=lin, device=x.device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    layer.weight.requires_grad_(False)  # forward only: no autograd graph in the timed call
+    qx, qw = dynamic_quantize(x, lin), dynamic_quantize(w, lin)
+    gran = lin.recipe.granularity.value
+    reference = functools.cache(
+        lambda: fp8_linear_reference(_host(x), _host(w), fmt=fmt, granularity=gran)
+    )
+    paths = {
+        "scaled_mm": lambda: scaled_mm(qx, qw, out_dtype=torch.bfloat16),
+        "fp8_inference_linear": lambda: scaled_mm(
+            dynamic_quantize(x, lin), qw, out_dtype=torch.bfloat16
+        ),
+        "fp8_linear": lambda: layer(x),
+    }
+    label = f"fp64 FP8 reference ({fmt} {gran}) at M={m} K={k} N={n}"
     return [
-        _info_record(facts, "inference", "bf16_model", dtype="bfloat16",
-                     metrics={"weight_bytes": c.bf16_weight_bytes, **c.bf16_error_vs_fp32, **common}),
-        _info_record(facts, "inference", "fp8_model", dtype="float8",
-                     metrics={"weight_bytes": c.fp8_weight_bytes, "weight_bytes_vs_bf16": c.fp8_weight_bytes / c.bf16_weight_bytes,
-                              **{f"{k}_vs_bf16": v for k, v in c.error_vs_bf16.items()},
-                              **c.error_vs_fp32, **common}),
+        Candidate(
+            f"{name}_{recipe}",
+            fn,
+            dtype=f"float8_{fmt}",
+            flops=2.0 * m * k * n,
+            check=against(
+                reference, reference=label, tolerance=out_tolerance(gran, torch.bfloat16)
+            ),
+        )
+        for name, fn in paths.items()
     ]
 
 
-def training_records(frame: pd.DataFrame, facts: DeviceFacts) -> list[Record]:
-    """First and last loss (mean of the last 10 steps) per run, and the last as a ratio of bf16's."""
-    tail = frame.groupby("run")["loss"].apply(lambda s: s.tail(10).mean())
+def _bf16_pair(n: int, device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, n, generator=gen).to(device, torch.bfloat16)
+    return x, (torch.randn(n, n, generator=gen) / n**0.5).to(device, torch.bfloat16)
+
+
+def _checked_untimed(
+    config: Fp8BenchConfig, facts: DeviceFacts, reason: str
+) -> dict[str, Check | str]:
+    """Where FP8 GEMMs are emulated: each FP8 path's check at M=K=N=min(check_sizes), by name
+    (the timed sweep then records them skipped, or wrong where this failed); elsewhere `reason`."""
+    if not reason.startswith("emulated"):
+        return {}
+    n = min(config.check_sizes)
+    x, w = _bf16_pair(n, facts.device, config.seed)
+    return {
+        c.implementation: c.check(c.fn())
+        for recipe in config.recipes
+        for c in _fp8_candidates(config, recipe, x, w, facts)
+    }
+
+
+def linear_speed(
+    config: Fp8BenchConfig, facts: DeviceFacts, *, progress: bool = False
+) -> list[rec.Record]:
+    """Forward of an n x n x n linear per n (x: (n, n) bf16, W: (n, n)) in one interleaved
+    `compare`: bf16 `F.linear` (baseline, against fp64), per recipe the three FP8 paths of
+    `_fp8_candidates`, and the comparators. Where FP8 GEMMs are emulated or unsupported the FP8
+    records are `skipped` (emulated: checked at a small shape first, `wrong` if that failed).
+    Headline: fp8_linear of the first recipe against bf16 at the largest n."""
+    reason = _emulated_reason(facts)
+    untimed = _checked_untimed(config, facts, reason) if reason else {}
     records = []
-    for run, group in frame.groupby("run", sort=False):
-        metrics = {"first_loss": float(group["loss"].iloc[0]), "final_loss": float(tail[run]),
-                   "final_vs_bf16": float(tail[run] / tail["bf16"]) if "bf16" in tail else None}
-        records.append(_info_record(facts, "training", run, metrics=metrics))
+    for n in tqdm(config.gemm_sizes, disable=not progress, desc="linear speed"):
+        x, w = _bf16_pair(n, facts.device, config.seed)
+        case = Case(
+            TOPIC, "linear_forward", {"M": n, "K": n, "N": n}, dtype="bfloat16", mode="forward"
+        )
+        full = functools.cache(lambda x=x, w=w: _host(x).double() @ _host(w).double().t())
+        candidates = [
+            Candidate(
+                "bf16_linear",
+                lambda x=x, w=w: F.linear(x, w),
+                flops=2.0 * n**3,
+                check=against(
+                    full, reference="fp64 of the bf16 inputs", tolerance=TOLERANCES["bf16_out"]
+                ),
+            )
+        ]
+        fp8 = f"float8_{config.linear_format}"
+        for recipe in config.recipes:
+            if reason is None:
+                candidates += _fp8_candidates(config, recipe, x, w, facts)
+                continue
+            for path in ("scaled_mm", "fp8_inference_linear", "fp8_linear"):
+                name = f"{path}_{recipe}"
+                check = untimed.get(name)
+                if check is not None and not check.passed:
+                    candidates.append(
+                        rec.wrong(
+                            TOPIC,
+                            case.case,
+                            name,
+                            check,
+                            facts=facts,
+                            dtype=fp8,
+                            shape=case.shape,
+                            mode=case.mode,
+                        )
+                    )
+                else:
+                    candidates.append(_skip(case, name, reason, facts, dtype=fp8))
+        for name, c in comparator_candidates(x, w, full).items():
+            candidates.append(
+                c if isinstance(c, Candidate) else _skip(case, name, c, facts, dtype="float8")
+            )
+        records += compare(
+            case,
+            candidates,
+            facts=facts,
+            baseline="bf16_linear",
+            min_time_s=config.min_time_s,
+            progress=f"linear n={n}" if progress else None,
+        )
+    headline = f"fp8_linear_{config.recipes[0]}"
+    n = max(config.gemm_sizes)
+    return _declare(records, headline, {"N": n}, f"FP8 linear ({headline}) vs bf16 linear, n={n}")
+
+
+def skipped_section(facts: DeviceFacts, case: str, reason: str) -> list[rec.Record]:
+    """The record of a notebook section that needs FP8 linears, on a device that has none."""
+    return [rec.skipped(TOPIC, case, "fp8_model", reason, facts=facts)]
+
+
+def _info_record(facts: DeviceFacts, case: str, implementation: str, **fields) -> rec.Record:
+    """A result that is not a timing (memory, errors, losses): metrics only."""
+    return rec.Record(
+        topic=TOPIC,
+        case=case,
+        implementation=implementation,
+        device=facts.name,
+        backend=facts.backend,
+        **fields,
+    )
+
+
+def inference_comparison(config: Fp8BenchConfig, *, device: str) -> InferenceComparison:
+    """The student MLP of the training check (untrained, seeded) converted for inference with
+    the first speed recipe, on one seeded batch."""
+    cfg = config.train_config()
+    model, _ = make_model(cfg, device=device)
+    inputs = torch.randn(cfg.rows, cfg.dim, generator=torch.Generator().manual_seed(cfg.seed)).to(
+        device
+    )
+    lin = Fp8LinearConfig.from_recipe_name(config.recipes[0], fmt=config.linear_format)
+    return compare_inference(model, inputs, config=lin)
+
+
+def inference_records(comparison: InferenceComparison, facts: DeviceFacts) -> list[rec.Record]:
+    """Weight memory (from tensor storage) and output error of the bf16 and FP8-converted model."""
+    c = comparison
+    common = {"converted": len(c.report.converted), "not_converted": len(c.report.not_converted)}
+    fp8 = {
+        "weight_bytes": c.fp8_weight_bytes,
+        "weight_bytes_vs_bf16": c.fp8_weight_bytes / c.bf16_weight_bytes,
+        **{f"{k}_vs_bf16": v for k, v in c.error_vs_bf16.items()},
+        **c.error_vs_fp32,
+        **common,
+    }
+    return [
+        _info_record(
+            facts,
+            "inference",
+            "bf16_model",
+            dtype="bfloat16",
+            metrics={"weight_bytes": c.bf16_weight_bytes, **c.bf16_error_vs_fp32, **common},
+        ),
+        _info_record(facts, "inference", "fp8_model", dtype="float8", metrics=fp8),
+    ]
+
+
+def training_losses(
+    config: Fp8BenchConfig, *, device: str, progress: bool = False
+) -> pd.DataFrame:
+    """The teacher-student losses of bf16 and each training recipe, per seed (training_runs)."""
+    return training_runs(
+        config.train_config(),
+        recipes=list(config.train_recipes),
+        seeds=config.seeds,
+        fmt=config.linear_format,
+        grad_dtype=config.grad_format,
+        device=device,
+        progress=progress,
+    )
+
+
+def training_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record]:
+    """One record per (seed, run) of `loss_checks`: its losses as metrics and its check; `wrong`
+    where the run did not learn or did not track bf16."""
+    learned, tracks = TOLERANCES["learned"], TOLERANCES["tracks_bf16"]
+    records = []
+    for row in table.itertuples():
+        checks = [
+            Check(
+                "its own first loss",
+                row.final_loss,
+                row.final_over_first,
+                learned.value,
+                "rel_error",
+                row.final_over_first <= learned.value,
+            ),
+            Check(
+                "the bf16 run of this seed",
+                abs(row.final_loss - row.bf16_final_loss),
+                row.gap_vs_bf16,
+                tracks.value,
+                "rel_error",
+                row.gap_vs_bf16 <= tracks.value,
+            ),
+        ]
+        failed = next((c for c in checks if not c.passed), None)
+        shape = {"seed": row.seed}
+        if failed is not None:
+            records.append(rec.wrong(TOPIC, "training", row.run, failed, facts=facts, shape=shape))
+            continue
+        metrics = {
+            "first_loss": row.first_loss,
+            "final_loss": row.final_loss,
+            "final_over_first": row.final_over_first,
+            "gap_vs_bf16": row.gap_vs_bf16,
+        }
+        records.append(
+            _info_record(
+                facts, "training", row.run, shape=shape, metrics=metrics, check=checks[1].as_dict()
+            )
+        )
     return records
 
 
-def train_config(params: dict) -> TrainConfig:
-    """The notebook's fp8_model_* / fp8_train_* parameters as a TrainConfig."""
-    return TrainConfig(steps=params["fp8_train_steps"], batch=params["fp8_train_batch"], seq=params["fp8_model_seq"],
-                       dim=params["fp8_model_dim"], ffn=params["fp8_model_ffn"], layers=params["fp8_model_layers"],
-                       seed=params["fp8_seed"])
-
-
-def inference_comparison(params: dict, *, device: str) -> InferenceComparison:
-    """The training model (untrained, seeded) converted for inference on one seeded batch."""
-    cfg = train_config(params)
-    model, _ = make_model(cfg, device=device)
-    tokens = torch.randint(cfg.vocab, (cfg.batch, cfg.seq), generator=torch.Generator().manual_seed(cfg.seed)).to(device)
-    config = Fp8LinearConfig.from_recipe_name(params["fp8_recipes"][0], fmt=params["fp8_linear_format"])
-    return compare_inference(model, tokens, config=config)
-
-
-def suite(params: dict, *, progress: bool = False) -> list[Record]:
+def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     """All fp8 records on the detected device (the notebook's timing, inference and training cells)."""
+    config = Fp8BenchConfig.from_params(params)
     facts = device_facts()
-    records = quantize_bandwidth(facts, mib=params["fp8_quant_mib"], granularities=params["fp8_quant_granularities"],
-                                 fmt=params["fp8_linear_format"], min_time_s=params["fp8_min_time_s"], progress=progress)
-    speed = linear_speed(facts, sizes=params["fp8_gemm_sizes"], recipes=params["fp8_recipes"],
-                         fmt=params["fp8_linear_format"], min_time_s=params["fp8_min_time_s"], progress=progress)
-    records += speed
-    records += comparator_records(facts, sizes=params["fp8_gemm_sizes"], baselines=speed,
-                                  min_time_s=params["fp8_min_time_s"])
+    records = quantize_bandwidth(config, facts, progress=progress)
+    records += linear_speed(config, facts, progress=progress)
     if reason := scaled_mm_unsupported(facts.device):
-        return records + skipped_section(facts, "inference", reason) + skipped_section(facts, "training", reason)
-    records += inference_records(inference_comparison(params, device=facts.device), facts)
-    losses = training_runs(train_config(params), recipes=params["fp8_train_recipes"], fmt=params["fp8_linear_format"],
-                           grad_dtype=params["fp8_grad_format"], device=facts.device, progress=progress)
-    return records + training_records(losses, facts)
+        return (
+            records
+            + skipped_section(facts, "inference", reason)
+            + skipped_section(facts, "training", reason)
+        )
+    records += inference_records(inference_comparison(config, device=facts.device), facts)
+    losses = training_losses(config, device=facts.device, progress=progress)
+    return records + training_records(loss_checks(losses), facts)

@@ -1,19 +1,58 @@
-"""Correctness tables shown before any timing: `_scaled_mm` and the FP8 linear against references."""
+"""The fp8 tolerance table, and the correctness tables shown before any timing: `_scaled_mm` and
+the FP8 linear against the independent fp64 references of `kernel_lib.fp8.reference`."""
 
 from __future__ import annotations
 
 import pandas as pd
 import torch
 
-from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, fp8_linear_reference, scaled_mm, scaled_mm_unsupported
-from kernel_lib.fp8.numerics import error_metrics
-from kernel_lib.fp8.quantize import dequantize, quantize
+from kernel_lib.checks import Tolerance, relative_error
+from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, scaled_mm, scaled_mm_unsupported
+from kernel_lib.fp8.quantize import quantize
+from kernel_lib.fp8.reference import fp8_linear_reference
 
-# Tolerances with reasons. Against the dequantised-operand fp64 product only accumulation and the
-# output rounding differ: fp32 output ~1e-6, bf16 output (rowwise) 2**-9 relative per element.
-# Against the unquantised product, e4m3 inputs give ~2.6 % per operand (perf_anchors.md section 2.1).
-TOL_VS_DEQUANT = {"tensorwise": 1e-5, "rowwise": 4e-3}
-TOL_VS_FULL = 0.08
+# relative_error = max |out - ref| / max |ref|. Against the fp64 product of the reference's own FP8
+# operands only accumulation and output rounding remain, so a wrong format (e5m2 for e4m3: 8-13 %
+# measured), a dropped or inverted scale (orders of magnitude) fails these bounds.
+TOLERANCES = {
+    "fp32_out": Tolerance(
+        2**-16,
+        "fp32 accumulation over K: ~sqrt(K) * 2^-24 of the output scale, "
+        "<= 2^-17 for K <= 2^14, doubled",
+    ),
+    "bf16_out": Tolerance(
+        2**-7,
+        "two bf16 roundings (2 x 2^-9: rowwise kernels round the product "
+        "and the scaled output) + fp32 accumulation over K, < 2^-7",
+    ),
+    "vs_unquantised": Tolerance(
+        2**-4,
+        "FP8 forward vs fp64 of unquantised inputs: e4m3 rounds each "
+        "operand within 2^-4 relative, random signs: 3.4-4.7 % "
+        "measured (e5m2: 7-10 %)",
+    ),
+    "grad_vs_fp32": Tolerance(
+        2**-3,
+        "backward GEMMs on e5m2 gradients (half-ulp 2^-3) and e4m3 "
+        "operands vs fp32 autograd: <= 9 % measured",
+    ),
+    "learned": Tolerance(
+        0.5,
+        "final loss over first loss: a student that learns nothing stays "
+        "near the teacher's unit variance (1.0); 20 steps reach ~0.3",
+    ),
+    "tracks_bf16": Tolerance(
+        0.05,
+        "|final FP8 loss - final bf16 loss| over bf16's first loss: "
+        "FP8 rounding perturbs each step by a few %, <= 0.005 measured",
+    ),
+}
+
+
+def out_tolerance(granularity: str, out_dtype: torch.dtype) -> Tolerance:
+    """The bound against the FP8 reference: rowwise `_scaled_mm` always produces bf16 first."""
+    bf16 = out_dtype == torch.bfloat16 or granularity == "rowwise"
+    return TOLERANCES["bf16_out" if bf16 else "fp32_out"]
 
 
 def _skipped(device: str) -> pd.DataFrame | None:
@@ -22,12 +61,22 @@ def _skipped(device: str) -> pd.DataFrame | None:
     return None if reason is None else pd.DataFrame([{"check": "skipped", "reason": reason}])
 
 
-def scaled_mm_check(shapes: list[tuple[int, int, int]], *, granularities: list[str],
-                    fmt: str = "e4m3fn", device: str = "cpu", seed: int = 0) -> pd.DataFrame:
-    """Per (M, K, N, granularity): relative error of torch._scaled_mm with inverse scales against
-    (1) fp64 matmul of the dequantised operands, (2) fp64 of the unquantised inputs and (3) a bf16
-    matmul of the unquantised inputs; PASS when (1) and (2) are within tolerance; one 'skipped'
-    row where `_scaled_mm` cannot run."""
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def scaled_mm_check(
+    shapes: list[tuple[int, int, int]],
+    *,
+    granularities: list[str],
+    fmt: str = "e4m3fn",
+    device: str = "cpu",
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Per (M, K, N, granularity): relative error of torch._scaled_mm (fp32 out) with inverse
+    scales against (1) the fp64 FP8 reference and (2) fp64 of the unquantised inputs, and of a
+    bf16 matmul against (2) for scale; PASS when (1) and (2) are within TOLERANCES; one
+    'skipped' row where `_scaled_mm` cannot run."""
     if (skip := _skipped(device)) is not None:
         return skip
     rows = []
@@ -36,46 +85,75 @@ def scaled_mm_check(shapes: list[tuple[int, int, int]], *, granularities: list[s
         a = torch.randn(m, k, generator=gen).to(device)
         b = torch.randn(n, k, generator=gen).to(device)
         full = a.double() @ b.double().t()
-        bf16 = (a.bfloat16() @ b.bfloat16().t()).double()
+        bf16 = a.bfloat16() @ b.bfloat16().t()
         for gran in granularities:
             qa, qb = quantize(a, fmt=fmt, granularity=gran), quantize(b, fmt=fmt, granularity=gran)
-            out = scaled_mm(qa, qb, out_dtype=torch.float32).double()
-            dq = dequantize(qa, dtype=torch.float64) @ dequantize(qb, dtype=torch.float64).t()
-            e_dq = error_metrics(dq, out)["rel_error"]
-            e_full = error_metrics(full, out)["rel_error"]
-            ok = e_dq <= TOL_VS_DEQUANT[gran] and e_full <= TOL_VS_FULL
-            rows.append({"M": m, "K": k, "N": n, "granularity": gran, "vs_dequant_fp64": e_dq,
-                         "vs_fp64": e_full, "bf16_vs_fp64": error_metrics(full, bf16)["rel_error"],
-                         "check": "PASS" if ok else "FAIL"})
+            out = scaled_mm(qa, qb, out_dtype=torch.float32)
+            e_ref = relative_error(out, fp8_linear_reference(a, b, fmt=fmt, granularity=gran))
+            e_full = relative_error(out, full)
+            ok = (
+                e_ref <= out_tolerance(gran, torch.float32).value
+                and e_full <= TOLERANCES["vs_unquantised"].value
+            )
+            rows.append(
+                {
+                    "M": m,
+                    "K": k,
+                    "N": n,
+                    "granularity": gran,
+                    "vs_fp8_reference": e_ref,
+                    "vs_fp64": e_full,
+                    "bf16_vs_fp64": relative_error(bf16, full),
+                    "check": _verdict(ok),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def linear_check(*, recipes: list[str], batch: int = 3, seq: int = 5, in_features: int = 64,
-                 out_features: int = 48, device: str = "cpu", seed: int = 0) -> pd.DataFrame:
-    """Fp8Linear on a 3-D input per recipe: forward against its fp64 twin, and forward/backward
-    against nn.Linear in fp32 (the FP8 rounding, a few percent); one 'skipped' row where
-    `_scaled_mm` cannot run."""
+def linear_check(
+    *,
+    recipes: list[str],
+    fmt: str = "e4m3fn",
+    grad_dtype: str = "e5m2",
+    batch: int = 3,
+    seq: int = 5,
+    in_features: int = 64,
+    out_features: int = 48,
+    device: str = "cpu",
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Fp8Linear on a 3-D fp32 input per recipe: forward against the fp64 FP8 reference, and
+    forward, input and weight gradients against nn.Linear in fp32 (the FP8 rounding itself);
+    one 'skipped' row where `_scaled_mm` cannot run."""
     if (skip := _skipped(device)) is not None:
         return skip
     rows = []
     for name in recipes:
         torch.manual_seed(seed)
         ref = torch.nn.Linear(in_features, out_features, device=device)
-        layer = Fp8Linear.from_linear(ref, Fp8LinearConfig.from_recipe_name(name))
+        config = Fp8LinearConfig.from_recipe_name(name, fmt=fmt, grad_dtype=grad_dtype)
+        layer = Fp8Linear.from_linear(ref, config)
+        gran = config.recipe.granularity.value
         x = torch.randn(batch, seq, in_features, device=device, requires_grad=True)
         out = layer(x)
-        twin = fp8_linear_reference(x.detach(), ref.weight.detach(), ref.bias.detach(), layer.config)
+        fp8_ref = fp8_linear_reference(x, ref.weight, ref.bias, fmt=fmt, granularity=gran)
         out.square().sum().backward()
         grad_x, grad_w = x.grad.clone(), ref.weight.grad.clone()
         x.grad, ref.weight.grad = None, None
         full = ref(x)
         full.square().sum().backward()
-        row = {"recipe": name, "out_vs_twin": error_metrics(twin, out.detach())["rel_error"],
-               "out_vs_fp32": error_metrics(full.detach(), out.detach())["rel_error"],
-               "grad_x_vs_fp32": error_metrics(x.grad, grad_x)["rel_error"],
-               "grad_w_vs_fp32": error_metrics(ref.weight.grad, grad_w)["rel_error"]}
-        tol_twin = TOL_VS_DEQUANT[layer.config.recipe.granularity.value]
-        ok = row["out_vs_twin"] <= tol_twin and max(row["out_vs_fp32"], row["grad_x_vs_fp32"],
-                                                    row["grad_w_vs_fp32"]) <= 2 * TOL_VS_FULL
-        rows.append(row | {"check": "PASS" if ok else "FAIL"})
+        row = {
+            "recipe": name,
+            "out_vs_fp8_reference": relative_error(out, fp8_ref),
+            "out_vs_fp32": relative_error(out, full),
+            "grad_x_vs_fp32": relative_error(grad_x, x.grad),
+            "grad_w_vs_fp32": relative_error(grad_w, ref.weight.grad),
+        }
+        grad_tol = TOLERANCES["grad_vs_fp32"].value
+        ok = (
+            row["out_vs_fp8_reference"] <= out_tolerance(gran, torch.float32).value
+            and row["out_vs_fp32"] <= TOLERANCES["vs_unquantised"].value
+            and max(row["grad_x_vs_fp32"], row["grad_w_vs_fp32"]) <= grad_tol
+        )
+        rows.append(row | {"check": _verdict(ok)})
     return pd.DataFrame(rows)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pandas as pd
 from torch import nn
@@ -20,12 +20,18 @@ class ConversionReport:
 
     def frame(self) -> pd.DataFrame:
         rows = [{"layer": n, "converted": True, "reason": ""} for n in self.converted]
-        rows += [{"layer": n, "converted": False, "reason": r} for n, r in self.not_converted.items()]
+        rows += [
+            {"layer": n, "converted": False, "reason": r} for n, r in self.not_converted.items()
+        ]
         return pd.DataFrame(rows, columns=["layer", "converted", "reason"])
 
 
-def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], *,
-                 module_filter: ModuleFilter | None = None) -> ConversionReport:
+def swap_linears(
+    model: nn.Module,
+    make: Callable[[nn.Linear], nn.Module],
+    *,
+    module_filter: ModuleFilter | None = None,
+) -> ConversionReport:
     """Replace in place every nn.Linear that passes `module_filter` and whose dimensions suit
     _scaled_mm by make(linear); the rest stay as they are, each with its reason."""
     report = ConversionReport()
@@ -44,9 +50,15 @@ def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], *,
     return report
 
 
-def convert_to_fp8(model: nn.Module, *, config: Fp8LinearConfig | None = None,
-                   module_filter: ModuleFilter | None = None) -> ConversionReport:
+def convert_to_fp8(
+    model: nn.Module,
+    *,
+    config: Fp8LinearConfig | None = None,
+    module_filter: ModuleFilter | None = None,
+) -> ConversionReport:
     """In place: nn.Linear -> Fp8Linear sharing the same weight Parameters (for training)."""
     if config is not None and not isinstance(config, Fp8LinearConfig):
         raise TypeError(f"config must be an Fp8LinearConfig, got {type(config).__name__}")
-    return swap_linears(model, lambda lin: Fp8Linear.from_linear(lin, config), module_filter=module_filter)
+    return swap_linears(
+        model, lambda lin: Fp8Linear.from_linear(lin, config), module_filter=module_filter
+    )

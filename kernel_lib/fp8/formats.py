@@ -27,7 +27,12 @@ _DTYPES = {
     Fp8Format.E4M3FNUZ: torch.float8_e4m3fnuz,
     Fp8Format.E5M2FNUZ: torch.float8_e5m2fnuz,
 }
-_MANTISSA_BITS = {Fp8Format.E4M3FN: 3, Fp8Format.E5M2: 2, Fp8Format.E4M3FNUZ: 3, Fp8Format.E5M2FNUZ: 2}
+_MANTISSA_BITS = {
+    Fp8Format.E4M3FN: 3,
+    Fp8Format.E5M2: 2,
+    Fp8Format.E4M3FNUZ: 3,
+    Fp8Format.E5M2FNUZ: 2,
+}
 
 
 def fp8_format(fmt: str | Fp8Format) -> Fp8Format:
@@ -47,7 +52,9 @@ class FormatInfo:
     dtype: torch.dtype
     max: float  # largest finite value; casts saturate here (e4m3fn even maps inf -> 448)
     smallest_normal: float
-    min_subnormal: float  # smallest_normal / 2**mantissa_bits: below half of it a value flushes to 0
+    min_subnormal: (
+        float  # smallest_normal / 2**mantissa_bits: below half of it a value flushes to 0
+    )
     eps: float  # ulp at 1.0; the worst relative rounding error of a normal value is eps / 2
     mantissa_bits: int
     has_inf: bool

@@ -24,7 +24,9 @@ class Fp8InferenceLinear(nn.Module):
         self.config = config or Fp8LinearConfig()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         with torch.no_grad():
-            qw = quantize(linear.weight, fmt=self.config.fmt, granularity=self.config.recipe.granularity)
+            qw = quantize(
+                linear.weight, fmt=self.config.fmt, granularity=self.config.recipe.granularity
+            )
         self.register_buffer("weight_fp8", qw.data)
         self.register_buffer("weight_scale", qw.scale)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
@@ -33,17 +35,25 @@ class Fp8InferenceLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gran = self.config.recipe.granularity
         qx = dynamic_quantize(x.reshape(-1, self.in_features), self.config)
-        qw = Fp8Tensor(self.weight_fp8, self.weight_scale, self.weight_scale, self.config.fmt, gran)
+        qw = Fp8Tensor(
+            self.weight_fp8, self.weight_scale, self.weight_scale, self.config.fmt, gran
+        )
         out = scaled_mm(qx, qw, out_dtype=x.dtype)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def convert_for_inference(model: nn.Module, *, config: Fp8LinearConfig | None = None,
-                          module_filter: ModuleFilter | None = None) -> ConversionReport:
+def convert_for_inference(
+    model: nn.Module,
+    *,
+    config: Fp8LinearConfig | None = None,
+    module_filter: ModuleFilter | None = None,
+) -> ConversionReport:
     """In place: nn.Linear -> Fp8InferenceLinear (the high-precision weights are dropped)."""
-    return swap_linears(model, lambda lin: Fp8InferenceLinear(lin, config), module_filter=module_filter)
+    return swap_linears(
+        model, lambda lin: Fp8InferenceLinear(lin, config), module_filter=module_filter
+    )
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -72,15 +82,22 @@ class InferenceComparison:
     def frame(self) -> pd.DataFrame:
         """The errors of the FP8 and bf16 models against fp32, and of FP8 against bf16."""
         return pd.DataFrame(
-            [{"comparison": "fp8 vs bf16", **self.error_vs_bf16},
-             {"comparison": "fp8 vs fp32", **self.error_vs_fp32},
-             {"comparison": "bf16 vs fp32", **self.bf16_error_vs_fp32}]  # fmt: skip
+            [
+                {"comparison": "fp8 vs bf16", **self.error_vs_bf16},
+                {"comparison": "fp8 vs fp32", **self.error_vs_fp32},
+                {"comparison": "bf16 vs fp32", **self.bf16_error_vs_fp32},
+            ]  # fmt: skip
         ).set_index("comparison")
 
 
 @torch.no_grad()
-def compare_inference(model: nn.Module, inputs: torch.Tensor, *, config: Fp8LinearConfig | None = None,
-                      module_filter: ModuleFilter | None = None) -> InferenceComparison:
+def compare_inference(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    *,
+    config: Fp8LinearConfig | None = None,
+    module_filter: ModuleFilter | None = None,
+) -> InferenceComparison:
     """Run `model` (left untouched) in fp32, in bf16 and converted to FP8 (on bf16) on `inputs`;
     return errors and weight memory measured from storage (and from the CUDA allocator there)."""
     device = next(model.parameters()).device

@@ -15,9 +15,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernel_lib.fp8.formats import Fp8Format, fp8_format
-from kernel_lib.fp8.quantize import Fp8Tensor, dequantize, quantize
+from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 from kernel_lib.fp8.scaling import (
-    Granularity, ScalingMode, ScalingRecipe, cast_stats, delayed_scale, push_amax, scaling_recipe,
+    Granularity,
+    ScalingMode,
+    ScalingRecipe,
+    cast_stats,
+    delayed_scale,
+    push_amax,
+    scaling_recipe,
 )  # fmt: skip
 
 ALIGN = 16  # cuBLASLt FP8 GEMMs need K and N divisible by 16 (pytorch/pytorch#106844)
@@ -35,8 +41,12 @@ class Fp8LinearConfig:
     # "e4m3fn": torchao's rowwise recipe, as rowwise GEMM kernels may reject e5m2); "bfloat16": bf16
     grad_dtype: str = "e5m2"
     nonfinite: str = "nan"  # NaN/inf inputs become NaN in the output ("raise": error, host sync)
-    track_stats: bool = False  # count saturation/underflow per cast into .last_stats (extra passes)
-    quantizer: str = "torch"  # "torch": reference ops, any device; "triton": fused kernel (GPU, dynamic)
+    track_stats: bool = (
+        False  # count saturation/underflow per cast into .last_stats (extra passes)
+    )
+    quantizer: str = (
+        "torch"  # "torch": reference ops, any device; "triton": fused kernel (GPU, dynamic)
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "fmt", fp8_format(self.fmt))
@@ -46,9 +56,13 @@ class Fp8LinearConfig:
             raise ValueError(f"nonfinite={self.nonfinite!r} must be one of ['raise', 'nan']")
         if self.quantizer not in QUANTIZERS:
             raise ValueError(f"quantizer={self.quantizer!r} must be one of {list(QUANTIZERS)}")
-        if self.quantizer == "triton" and (self.recipe.mode is ScalingMode.DELAYED
-                                           or self.recipe.granularity is Granularity.BLOCKWISE):
-            raise NotImplementedError("quantizer='triton' is built for dynamic tensorwise/rowwise only")
+        if self.quantizer == "triton" and (
+            self.recipe.mode is ScalingMode.DELAYED
+            or self.recipe.granularity is Granularity.BLOCKWISE
+        ):
+            raise NotImplementedError(
+                "quantizer='triton' is built for dynamic tensorwise/rowwise only"
+            )
 
     @classmethod
     def from_recipe_name(cls, name: str, **kwargs) -> Fp8LinearConfig:
@@ -96,32 +110,28 @@ def scaled_mm(a: Fp8Tensor, b: Fp8Tensor, *, out_dtype: torch.dtype) -> torch.Te
         scale_b = scale_b.t()  # (N, 1) -> (1, N)
     # Rowwise scaling on CUDA only produces bf16; cast afterwards.
     mm_dtype = torch.bfloat16 if a.granularity is Granularity.ROWWISE else out_dtype
-    out = torch._scaled_mm(a.data, b.data.t(), scale_a=a.inverse_scale, scale_b=scale_b,
-                           out_dtype=mm_dtype)
+    out = torch._scaled_mm(
+        a.data, b.data.t(), scale_a=a.inverse_scale, scale_b=scale_b, out_dtype=mm_dtype
+    )
     return out.to(out_dtype)
 
 
-def fp8_linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         config: Fp8LinearConfig) -> torch.Tensor:
-    """The forward's twin: dynamically quantised operands dequantised and multiplied in fp64."""
-    gran = config.recipe.granularity
-    qx = quantize(x.reshape(-1, x.shape[-1]), fmt=config.fmt, granularity=gran, nonfinite="nan")
-    qw = quantize(weight, fmt=config.fmt, granularity=gran, nonfinite="nan")
-    out = dequantize(qx, dtype=torch.float64) @ dequantize(qw, dtype=torch.float64).t()
-    if bias is not None:
-        out = out + bias.double()
-    return out.reshape(*x.shape[:-1], weight.shape[0])
-
-
-def dynamic_quantize(t: torch.Tensor, config: Fp8LinearConfig, *, fmt: Fp8Format | None = None) -> Fp8Tensor:
+def dynamic_quantize(
+    t: torch.Tensor, config: Fp8LinearConfig, *, fmt: Fp8Format | None = None
+) -> Fp8Tensor:
     """Cast t with a scale from its own amax, by the config's quantizer (no fallback between them)."""
     fmt = fmt or config.fmt
     gran, margin = config.recipe.granularity, config.recipe.margin
     if config.quantizer == "triton":
         from kernel_lib.fp8.quantize_triton import fused_quantize  # lazily: GPU path only
 
-        return fused_quantize(t, fmt=fmt, granularity=gran, margin=margin,
-                              check_nonfinite=config.nonfinite == "raise")
+        return fused_quantize(
+            t,
+            fmt=fmt,
+            granularity=gran,
+            margin=margin,
+            check_nonfinite=config.nonfinite == "raise",
+        )
     return quantize(t, fmt=fmt, granularity=gran, margin=margin, nonfinite=config.nonfinite)
 
 
@@ -137,11 +147,16 @@ class _Operand:
         if recipe.mode is ScalingMode.DELAYED:
             history = getattr(self.layer, f"amax_history_{self.name}")
             finite = torch.where(torch.isfinite(t), t, 0.0)
-            now = finite.abs().amax().float()
+            now = finite.abs().max().float()
             scale = delayed_scale(history, now, self.fmt, margin=recipe.margin)
             push_amax(history, now)
-            q = quantize(t, fmt=self.fmt, granularity=recipe.granularity, scale=scale,
-                         nonfinite=config.nonfinite)
+            q = quantize(
+                t,
+                fmt=self.fmt,
+                granularity=recipe.granularity,
+                scale=scale,
+                nonfinite=config.nonfinite,
+            )
         else:
             q = dynamic_quantize(t, config, fmt=self.fmt)
         if config.track_stats:
@@ -193,7 +208,9 @@ def _transposed(q: Fp8Tensor, *, pad: bool = False) -> Fp8Tensor:
     bits = q.data.view(torch.uint8)
     if pad:
         bits = _pad_rows(bits, ALIGN)
-    return Fp8Tensor(bits.t().contiguous().view(q.data.dtype), q.scale, q.amax, q.fmt, q.granularity)
+    return Fp8Tensor(
+        bits.t().contiguous().view(q.data.dtype), q.scale, q.amax, q.fmt, q.granularity
+    )
 
 
 class Fp8Linear(nn.Module):
@@ -201,23 +218,44 @@ class Fp8Linear(nn.Module):
     that the optimiser updates). x: (..., K) -> (..., N), in x's dtype; bias added in x's dtype.
     ValueError if K or N is not a multiple of 16."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 config: Fp8LinearConfig | None = None, device=None, dtype=None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        config: Fp8LinearConfig | None = None,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         reason = check_fp8_dims(in_features, out_features)
         if reason:
             raise ValueError(reason)
         self.in_features, self.out_features = in_features, out_features
         self.config = config or Fp8LinearConfig()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
-        self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
+        self.weight = nn.Parameter(
+            torch.empty(out_features, in_features, device=device, dtype=dtype)
+        )
+        self.bias = (
+            nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
+        )
         self.reset_parameters()
         if self.config.recipe.mode is ScalingMode.DELAYED:
             for name in ("x", "w", "g"):
-                self.register_buffer(f"amax_history_{name}",
-                                     torch.zeros(self.config.recipe.history_len, device=device))
-        grad_fmt = self.config.fmt if self.config.grad_dtype == "bfloat16" else fp8_format(self.config.grad_dtype)
-        self._q_x, self._q_w = _Operand(self, "x", self.config.fmt), _Operand(self, "w", self.config.fmt)
+                self.register_buffer(
+                    f"amax_history_{name}",
+                    torch.zeros(self.config.recipe.history_len, device=device),
+                )
+        grad_fmt = (
+            self.config.fmt
+            if self.config.grad_dtype == "bfloat16"
+            else fp8_format(self.config.grad_dtype)
+        )
+        self._q_x, self._q_w = (
+            _Operand(self, "x", self.config.fmt),
+            _Operand(self, "w", self.config.fmt),
+        )
         self._q_g = _Operand(self, "g", grad_fmt)
         self.last_stats: dict = {}
 
@@ -230,15 +268,23 @@ class Fp8Linear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear, config: Fp8LinearConfig | None = None) -> Fp8Linear:
         """An Fp8Linear holding `linear`'s own weight and bias Parameters (same tensors)."""
-        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, config=config,
-                    device=linear.weight.device, dtype=linear.weight.dtype)
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            linear.bias is not None,
+            config=config,
+            device=linear.weight.device,
+            dtype=linear.weight.dtype,
+        )
         layer.weight = linear.weight
         layer.bias = linear.bias
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
-            raise ValueError(f"x.shape[-1]={x.shape[-1]} must equal in_features={self.in_features}")
+            raise ValueError(
+                f"x.shape[-1]={x.shape[-1]} must equal in_features={self.in_features}"
+            )
         out = _Fp8MatmulFn.apply(x.reshape(-1, self.in_features), self.weight, self)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
@@ -246,6 +292,8 @@ class Fp8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         r = self.config.recipe
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, {r.granularity.value} {r.mode.value}, "
-                f"fmt={self.config.fmt.value}, grad={self.config.grad_dtype}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, {r.granularity.value} {r.mode.value}, "
+            f"fmt={self.config.fmt.value}, grad={self.config.grad_dtype}"
+        )

@@ -43,7 +43,9 @@ def _median_row_sqnr(x: torch.Tensor, back: torch.Tensor) -> float:
     return torch.median(20 * torch.log10(x.double().norm(dim=-1) / noise.clamp(min=1e-300))).item()
 
 
-def quantization_error_table(x: torch.Tensor, *, formats: list[str], granularities: list[str]) -> pd.DataFrame:
+def quantization_error_table(
+    x: torch.Tensor, *, formats: list[str], granularities: list[str]
+) -> pd.DataFrame:
     """One row per (format, granularity) of a 2-D x: SQNR, relative error and max error over the
     whole tensor (dominated by its largest rows), the median over rows of each row's SQNR (what
     a typical row keeps when a few rows are outliers), and the share of values flushed to zero."""
@@ -53,8 +55,15 @@ def quantization_error_table(x: torch.Tensor, *, formats: list[str], granulariti
             q = quantize(x, fmt=fmt, granularity=gran)
             back = dequantize(q, dtype=torch.float64)
             flushed = ((back == 0) & (x != 0)).double().mean().item()
-            rows.append({"format": fmt, "granularity": gran, **error_metrics(x, back),
-                         "median_row_sqnr_db": _median_row_sqnr(x, back), "flushed_to_zero": flushed})
+            rows.append(
+                {
+                    "format": fmt,
+                    "granularity": gran,
+                    **error_metrics(x, back),
+                    "median_row_sqnr_db": _median_row_sqnr(x, back),
+                    "flushed_to_zero": flushed,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -19,16 +19,22 @@ def error_histogram(errors: pd.DataFrame, *, title: str = "", ax=None):
     ax = _ax(ax)
     bins = np.linspace(-6, 0.5, 66)
     for fmt, group in errors.groupby("format", sort=False):
-        ax.hist(np.log10(group["rel_error"].clip(lower=1e-6)), bins=bins, histtype="step", label=fmt)
+        ax.hist(
+            np.log10(group["rel_error"].clip(lower=1e-6)), bins=bins, histtype="step", label=fmt
+        )
     ax.set(xlabel="log10 relative error per element", ylabel="count", title=title)
     ax.legend(fontsize="small")
     return ax
 
 
-def sqnr_bars(table: pd.DataFrame, *, metric: str = "median_row_sqnr_db", title: str = "", ax=None):
+def sqnr_bars(
+    table: pd.DataFrame, *, metric: str = "median_row_sqnr_db", title: str = "", ax=None
+):
     """`metric` (dB) bars: formats on x, one bar per granularity (from `quantization_error_table`)."""
     ax = _ax(ax)
-    pivot = table.pivot(index="format", columns="granularity", values=metric).loc[table["format"].unique()]
+    pivot = table.pivot(index="format", columns="granularity", values=metric).loc[
+        table["format"].unique()
+    ]
     pivot.plot.bar(ax=ax, rot=0)
     ax.set(ylabel=f"{metric} (higher is better)", title=title or metric)
     ax.grid(True, axis="y", alpha=0.3)
@@ -36,17 +42,25 @@ def sqnr_bars(table: pd.DataFrame, *, metric: str = "median_row_sqnr_db", title:
 
 
 def bandwidth_bars(frame: pd.DataFrame, *, ax=None):
-    """GB/s of each quantise implementation per case beside the copy measured in the same run
+    """GB/s of each quantiser per size beside the copy timed with it in one compare
     (dashed line: copy; the label gives each bar's fraction of it)."""
     ax = _ax(ax)
     ok = ok_records(frame)
-    quant = ok[ok["case"].str.contains("quantize")]
-    copy = ok[ok["case"] == "copy"]["gbps"]
+    timed = ok[ok["case"] == "quantize"]
+    quant = timed[timed["implementation"] != "copy"]
+    copy = timed[timed["implementation"] == "copy"]["gbps"]
     if quant.empty or copy.empty:
         return nothing_measured(ax, "nothing measured (see skipped records)")
-    labels = quant["case"] + "\n" + quant["implementation"]
+    labels = (
+        quant["implementation"].str.replace("_", "\n", n=-1)
+        + "\n"
+        + quant["shape.MiB"].astype(str)
+        + " MiB"
+    )
     bars = ax.bar(range(len(quant)), quant["gbps"])
-    ax.bar_label(bars, labels=[f"{f:.2f}x copy" for f in quant["fraction_of_peak"]], fontsize="small")
+    ax.bar_label(
+        bars, labels=[f"{f:.2f}x copy" for f in quant["fraction_of_peak"]], fontsize="small"
+    )
     ax.axhline(copy.max(), ls="--", color="k", label=f"copy {copy.max():.1f} GB/s")
     ax.set_xticks(range(len(quant)), labels, fontsize="x-small")
     ax.set(ylabel="GB/s (x read + FP8 written)", title="Quantisation bandwidth vs copy")
@@ -59,8 +73,17 @@ def training_curves(losses: pd.DataFrame, *, smooth: int = 5, ax=None):
     ax = _ax(ax)
     styles = ["-", "--", ":", "-."]  # the runs should overlap: dashes keep each visible
     for i, (run, group) in enumerate(losses.groupby("run", sort=False)):
-        ax.plot(group["step"], group["loss"].rolling(smooth, min_periods=1).mean(), styles[i % 4], label=run)
-    ax.set(xlabel="step", ylabel=f"training loss (rolling mean of {smooth})", title="bf16 vs FP8 training")
+        ax.plot(
+            group["step"],
+            group["loss"].rolling(smooth, min_periods=1).mean(),
+            styles[i % 4],
+            label=run,
+        )
+    ax.set(
+        xlabel="step",
+        ylabel=f"training loss (rolling mean of {smooth})",
+        title="bf16 vs FP8 training",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return ax

@@ -1,5 +1,5 @@
-"""Quantise to and dequantise from FP8 with a scale per tensor, row or 128x128 block (PyTorch ops),
-and the fp64 round-to-nearest-even oracle they are tested against."""
+"""Quantise to and dequantise from FP8 with a scale per tensor, row or 128x128 block (PyTorch ops);
+their fp64 oracle is `kernel_lib.fp8.reference`."""
 
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ def _check(x: torch.Tensor, gran: Granularity, nonfinite: str) -> None:
 def _check_scale(scale: torch.Tensor, x: torch.Tensor, gran: Granularity) -> None:
     want = scale_shape(tuple(x.shape), gran)
     if tuple(scale.shape) != want:
-        raise ValueError(f"scale.shape={tuple(scale.shape)} must be {want} for {gran.value} x{tuple(x.shape)}")
+        raise ValueError(
+            f"scale.shape={tuple(scale.shape)} must be {want} for {gran.value} x{tuple(x.shape)}"
+        )
 
 
 def _raise_nonfinite(x: torch.Tensor) -> None:
@@ -90,7 +92,9 @@ def quantize(
             _raise_nonfinite(x)
     if scale is None:
         scale = scale_from_amax(group_amax, fmt, margin=margin)
-    scaled = (x.float() * broadcast_scale(scale.float(), tuple(x.shape), gran)).clamp(-info.max, info.max)
+    scaled = (x.float() * broadcast_scale(scale.float(), tuple(x.shape), gran)).clamp(
+        -info.max, info.max
+    )
     if finite is not None:
         scaled = torch.where(finite, scaled, torch.nan)
     return Fp8Tensor(scaled.to(info.dtype), scale.float(), group_amax, fmt, gran)
@@ -98,7 +102,9 @@ def quantize(
 
 def dequantize(t: Fp8Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """data / scale in fp32, returned as `dtype`."""
-    return (t.data.float() / broadcast_scale(t.scale, tuple(t.data.shape), t.granularity)).to(dtype)
+    return (t.data.float() / broadcast_scale(t.scale, tuple(t.data.shape), t.granularity)).to(
+        dtype
+    )
 
 
 def fp8_grid(fmt: Fp8Format | str) -> torch.Tensor:
@@ -106,36 +112,3 @@ def fp8_grid(fmt: Fp8Format | str) -> torch.Tensor:
     info = format_info(fmt)
     values = torch.arange(128, dtype=torch.uint8).view(info.dtype).double()
     return values[torch.isfinite(values)]
-
-
-def round_reference(v: torch.Tensor, fmt: Fp8Format | str) -> torch.Tensor:
-    """fp64 oracle: the nearest value of `fmt` to each v, ties to the even bit pattern, |v| > max
-    saturating to +-max, NaN/inf to NaN. The obvious search over the whole value table."""
-    grid = fp8_grid(fmt)
-    v = v.double()
-    mag = v.abs().clamp(max=grid[-1].item())
-    hi = torch.searchsorted(grid, mag).clamp(max=len(grid) - 1)
-    lo = (hi - 1).clamp(min=0)
-    d_lo, d_hi = mag - grid[lo], grid[hi] - mag
-    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
-    out = torch.where(pick_hi, grid[hi], grid[lo]) * torch.sign(v)
-    return torch.where(torch.isfinite(v), out, torch.nan)
-
-
-def quantize_reference(
-    x: torch.Tensor,
-    *,
-    fmt: Fp8Format | str = "e4m3fn",
-    granularity: Granularity | str = "tensorwise",
-    scale: torch.Tensor | None = None,
-    margin: float = 0.0,
-) -> Fp8Tensor:
-    """`quantize` with nonfinite='nan', rounding by `round_reference` instead of a dtype cast."""
-    fmt, gran = fp8_format(fmt), _granularity(granularity)
-    finite = torch.isfinite(x)
-    group_amax = amax(torch.where(finite, x, 0.0).double(), gran).float()
-    if scale is None:
-        scale = scale_from_amax(group_amax, fmt, margin=margin)
-    scaled = x.float() * broadcast_scale(scale.float(), tuple(x.shape), gran)
-    data = round_reference(scaled, fmt).to(format_info(fmt).dtype)
-    return Fp8Tensor(data, scale.float(), group_amax, fmt, gran)

@@ -10,13 +10,15 @@ import math
 
 import torch
 
+from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.formats import Fp8Format, format_info, fp8_format
 from kernel_lib.fp8.quantize import Fp8Tensor
 from kernel_lib.fp8.scaling import AMAX_EPS, Granularity
 
 
-def _codes(bits: torch.Tensor, sign: torch.Tensor, finite: torch.Tensor, fmt: Fp8Format,
-           nan_code: int) -> torch.Tensor:
+def _codes(
+    bits: torch.Tensor, sign: torch.Tensor, finite: torch.Tensor, fmt: Fp8Format, nan_code: int
+) -> torch.Tensor:
     """FP8 bit patterns of sign * y, from the fp32 bits of y (0 <= y <= max). One float add rounds y
     to the FP8 grid: `magic` = 2**(e + 23 - m) for y's binade e (subnormals use the smallest normal
     binade), so the sum's fp32 ulp is the FP8 ulp and the hardware rounds to nearest even. The
@@ -35,8 +37,14 @@ def _codes(bits: torch.Tensor, sign: torch.Tensor, finite: torch.Tensor, fmt: Fp
     return torch.where(finite, code | sign, nan_code).to(torch.uint8)
 
 
-def _quantize_impl(x: torch.Tensor, out: torch.Tensor, fmt: Fp8Format, gran: Granularity, nan_code: int,
-                   max_bits: int):
+def _quantize_impl(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    fmt: Fp8Format,
+    gran: Granularity,
+    nan_code: int,
+    max_bits: int,
+):
     """Writes the codes into `out`; returns (amax, scale). Non-negative floats order like their
     bit patterns, so |x|, the finite test, amax and the clamp to max are integer ops (a float max
     or clamp costs three instructions for NaN propagation). Inductor makes this an amax loop and
@@ -46,7 +54,11 @@ def _quantize_impl(x: torch.Tensor, out: torch.Tensor, fmt: Fp8Format, gran: Gra
     mag = bits & 0x7FFFFFFF
     finite = mag < 0x7F800000
     group_amax = torch.where(finite, mag, 0)
-    group_amax = group_amax.amax() if gran is Granularity.TENSORWISE else group_amax.amax(dim=-1, keepdim=True)
+    group_amax = (
+        group_amax.amax()
+        if gran is Granularity.TENSORWISE
+        else group_amax.amax(dim=-1, keepdim=True)
+    )
     group_amax = group_amax.view(torch.float32)
     scale = torch.div(torch.full_like(group_amax, info.max), group_amax.clamp(min=AMAX_EPS))
     y = (mag.view(torch.float32) * scale).view(torch.int32)
@@ -61,28 +73,47 @@ def _compiled(fmt: Fp8Format, gran: Granularity):
     info = format_info(fmt)
     nan_code = torch.tensor(float("nan")).to(info.dtype).view(torch.uint8).item()
     max_bits = torch.tensor(info.max, dtype=torch.float32).view(torch.int32).item()
-    return torch.compile(functools.partial(_quantize_impl, fmt=fmt, gran=gran, nan_code=nan_code,
-                                           max_bits=max_bits), dynamic=False)
+    return torch.compile(
+        functools.partial(
+            _quantize_impl, fmt=fmt, gran=gran, nan_code=nan_code, max_bits=max_bits
+        ),
+        dynamic=False,
+    )
 
 
-def compiled_quantize(x: torch.Tensor, *, fmt: Fp8Format | str = "e4m3fn",
-                      granularity: Granularity | str = "tensorwise",
-                      out: torch.Tensor | None = None) -> Fp8Tensor:
+def compiled_quantize(
+    x: torch.Tensor,
+    *,
+    fmt: Fp8Format | str = "e4m3fn",
+    granularity: Granularity | str = "tensorwise",
+    out: torch.Tensor | None = None,
+) -> Fp8Tensor:
     """Dynamic tensorwise or rowwise quantize, one compiled graph per (format, granularity, shape).
-    x: (..., K) float; NaN/inf come back as NaN (no host sync). `out`: a preallocated FP8 tensor
-    of x's shape to write into (a fresh large allocation costs page faults on CPU, as `clone`
-    does). First call compiles (seconds)."""
+        x: (..., K) float; NaN/inf come back as NaN (no host sync). `out`: a preallocated FP8 tensor
+        of x's shape to write into (a fresh large allocation costs page faults on CPU, as `clone`
+        does). First call compiles (seconds). Raises kernel_lib.checks.Unsupported once 64 graphs
+    were compiled in this process (a skipped record, never an eager run under this name)."""
     fmt = fp8_format(fmt)
     dtype = format_info(fmt).dtype
     if out is None:
         out = torch.empty(x.shape, dtype=dtype, device=x.device)
     elif out.shape != x.shape or out.dtype != dtype:
-        raise ValueError(f"out must be {dtype} of shape {tuple(x.shape)}, got {out.dtype} {tuple(out.shape)}")
+        raise ValueError(
+            f"out must be {dtype} of shape {tuple(x.shape)}, got {out.dtype} {tuple(out.shape)}"
+        )
     if granularity not in ("tensorwise", "rowwise"):
-        raise ValueError(f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise'] here")
+        raise ValueError(
+            f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise'] here"
+        )
     gran = Granularity(granularity)
     # Every (format, granularity, shape) is its own graph of one function: raise the per-function
-    # limit from 8, and fail rather than silently run eager when it is hit.
-    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
-        group_amax, scale = _compiled(fmt, gran)(x, out.view(torch.uint8))
+    # limit from 8, and say so rather than silently run eager when it is hit.
+    try:
+        with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
+            group_amax, scale = _compiled(fmt, gran)(x, out.view(torch.uint8))
+    except torch._dynamo.exc.FailOnRecompileLimitHit as why:
+        raise Unsupported(
+            f"compiled_quantize: recompile limit (64 graphs) hit in this process: "
+            f"{str(why).splitlines()[0][:120]}"
+        ) from None
     return Fp8Tensor(out, scale, group_amax, fmt, gran)

@@ -39,8 +39,9 @@ def _round_to_grid(y, smallest_normal, MBITS: tl.constexpr):
 
 
 @triton.jit
-def _fp8_code(x, scale, fmax, smallest_normal, FP8: tl.constexpr, MBITS: tl.constexpr,
-              NAN_CODE: tl.constexpr):
+def _fp8_code(
+    x, scale, fmax, smallest_normal, FP8: tl.constexpr, MBITS: tl.constexpr, NAN_CODE: tl.constexpr
+):
     """Bit pattern of x * scale clamped, rounded and cast; NaN/inf inputs get the NaN pattern
     (written as bits because the interpreter casts NaN to a finite e4m3fn value)."""
     y = _round_to_grid(tl.minimum(tl.maximum(x * scale, -fmax), fmax), smallest_normal, MBITS)
@@ -58,8 +59,21 @@ def _partial_amax_kernel(x_ptr, amax_ptr, bad_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, bits_ptr, scale_ptr, n, fmax, smallest_normal, margin_mul, eps,
-                       MBITS: tl.constexpr, NAN_CODE: tl.constexpr, BLOCK: tl.constexpr):
+def _scale_cast_kernel(
+    x_ptr,
+    amax_ptr,
+    q_ptr,
+    bits_ptr,
+    scale_ptr,
+    n,
+    fmax,
+    smallest_normal,
+    margin_mul,
+    eps,
+    MBITS: tl.constexpr,
+    NAN_CODE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     scale = tl.math.div_rn(fmax, tl.maximum(tl.load(amax_ptr), eps) * margin_mul)
     if tl.program_id(0) == 0:
@@ -70,9 +84,22 @@ def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, bits_ptr, scale_ptr, n, fmax, sma
 
 
 @triton.jit
-def fused_quantize_rowwise_kernel(x_ptr, q_ptr, bits_ptr, scale_ptr, amax_ptr, bad_ptr, k, fmax, smallest_normal,
-                                  margin_mul, eps, MBITS: tl.constexpr, NAN_CODE: tl.constexpr,
-                                  BLOCK: tl.constexpr):
+def fused_quantize_rowwise_kernel(
+    x_ptr,
+    q_ptr,
+    bits_ptr,
+    scale_ptr,
+    amax_ptr,
+    bad_ptr,
+    k,
+    fmax,
+    smallest_normal,
+    margin_mul,
+    eps,
+    MBITS: tl.constexpr,
+    NAN_CODE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """One program per row: amax over the row, then scale and cast (the row re-read from cache)."""
     row = tl.program_id(0).to(tl.int64) * k
     running = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -109,9 +136,13 @@ def fused_quantize(
     fmt = fp8_format(fmt)
     gran = Granularity(granularity) if granularity in ("tensorwise", "rowwise") else None
     if gran is None:
-        raise ValueError(f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise'] here")
+        raise ValueError(
+            f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise'] here"
+        )
     if not x.is_floating_point() or x.dim() < 1:
-        raise ValueError(f"x must be a floating tensor with dim >= 1, got {x.dtype} {tuple(x.shape)}")
+        raise ValueError(
+            f"x must be a floating tensor with dim >= 1, got {x.dtype} {tuple(x.shape)}"
+        )
     x = x.contiguous()
     info = format_info(fmt)
     q = torch.empty(x.shape, dtype=info.dtype, device=x.device)
@@ -124,9 +155,21 @@ def fused_quantize(
         grid = (triton.cdiv(n, BLOCK_SIZE),)
         if n:
             _partial_amax_kernel[grid](x, group_amax, bad, n, BLOCK=BLOCK_SIZE)
-            _scale_cast_kernel[grid](x, group_amax, q, q.view(torch.uint8), scale, n, info.max,
-                                     info.smallest_normal, mul, AMAX_EPS, MBITS=info.mantissa_bits,
-                                     NAN_CODE=nan_code, BLOCK=BLOCK_SIZE)
+            _scale_cast_kernel[grid](
+                x,
+                group_amax,
+                q,
+                q.view(torch.uint8),
+                scale,
+                n,
+                info.max,
+                info.smallest_normal,
+                mul,
+                AMAX_EPS,
+                MBITS=info.mantissa_bits,
+                NAN_CODE=nan_code,
+                BLOCK=BLOCK_SIZE,
+            )
         else:
             scale.fill_(info.max / AMAX_EPS)
     else:
@@ -136,8 +179,21 @@ def fused_quantize(
         scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
         if rows:
             fused_quantize_rowwise_kernel[(rows,)](
-                x, q, q.view(torch.uint8), scale, group_amax, bad, k, info.max, info.smallest_normal,
-                mul, AMAX_EPS, MBITS=info.mantissa_bits, NAN_CODE=nan_code, BLOCK=min(ROW_BLOCK, triton.next_power_of_2(k)))
+                x,
+                q,
+                q.view(torch.uint8),
+                scale,
+                group_amax,
+                bad,
+                k,
+                info.max,
+                info.smallest_normal,
+                mul,
+                AMAX_EPS,
+                MBITS=info.mantissa_bits,
+                NAN_CODE=nan_code,
+                BLOCK=min(ROW_BLOCK, triton.next_power_of_2(k)),
+            )
     if check_nonfinite and int(bad) > 0:
         raise ValueError(f"x has {int(bad)} NaN/inf of {n} values; an FP8 cast would hide them")
     return Fp8Tensor(q, scale, group_amax, fmt, gran)

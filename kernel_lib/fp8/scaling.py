@@ -69,7 +69,9 @@ class ScalingRecipe:
 RECIPES = {
     "tensorwise_dynamic": ScalingRecipe(Granularity.TENSORWISE, ScalingMode.DYNAMIC),
     "rowwise_dynamic": ScalingRecipe(Granularity.ROWWISE, ScalingMode.DYNAMIC),
-    "tensorwise_delayed": ScalingRecipe(Granularity.TENSORWISE, ScalingMode.DELAYED, history_len=16),
+    "tensorwise_delayed": ScalingRecipe(
+        Granularity.TENSORWISE, ScalingMode.DELAYED, history_len=16
+    ),
 }
 
 
@@ -99,7 +101,7 @@ def amax(x: torch.Tensor, gran: Granularity | str) -> torch.Tensor:
     gran = granularity(gran)
     a = x.abs()
     if gran is Granularity.TENSORWISE:
-        return a.amax().float()
+        return a.max().float()  # not amax(): torch_xla 2.9 reads amax() as "reduce no dim"
     if gran is Granularity.ROWWISE:
         return a.amax(dim=-1, keepdim=True).float()
     p = _pad_to_blocks(a)
@@ -107,7 +109,9 @@ def amax(x: torch.Tensor, gran: Granularity | str) -> torch.Tensor:
     return blocks.amax(dim=(1, 3)).float()
 
 
-def scale_from_amax(amax: torch.Tensor, fmt: Fp8Format | str, *, margin: float = 0.0) -> torch.Tensor:
+def scale_from_amax(
+    amax: torch.Tensor, fmt: Fp8Format | str, *, margin: float = 0.0
+) -> torch.Tensor:
     """Quantisation scale fp8_max / (amax * 2**margin) in fp32; amax is clamped to AMAX_EPS."""
     fmax = format_info(fmt).max
     denominator = amax.float().clamp(min=AMAX_EPS) * 2.0**margin
@@ -115,7 +119,9 @@ def scale_from_amax(amax: torch.Tensor, fmt: Fp8Format | str, *, margin: float =
     return torch.div(torch.tensor(fmax, dtype=torch.float32, device=amax.device), denominator)
 
 
-def broadcast_scale(scale: torch.Tensor, shape: tuple[int, ...], gran: Granularity | str) -> torch.Tensor:
+def broadcast_scale(
+    scale: torch.Tensor, shape: tuple[int, ...], gran: Granularity | str
+) -> torch.Tensor:
     """`scale` expanded to one value per element of a tensor of `shape`."""
     gran = granularity(gran)
     if gran is not Granularity.BLOCKWISE:
@@ -124,11 +130,12 @@ def broadcast_scale(scale: torch.Tensor, shape: tuple[int, ...], gran: Granulari
     return full[: shape[0], : shape[1]]
 
 
-def delayed_scale(history: torch.Tensor, amax_now: torch.Tensor, fmt: Fp8Format | str, *,
-                  margin: float = 0.0) -> torch.Tensor:
+def delayed_scale(
+    history: torch.Tensor, amax_now: torch.Tensor, fmt: Fp8Format | str, *, margin: float = 0.0
+) -> torch.Tensor:
     """Scale from the max of the amax history; the current amax only while the history is empty
     (all zeros). No host sync: the choice is a `torch.where` on the device."""
-    past = history.amax()
+    past = history.max()
     reference = torch.where(past > 0, past, amax_now.float())
     return scale_from_amax(reference, fmt, margin=margin)
 
@@ -155,12 +162,21 @@ class CastStats:
         return self.nan + self.inf
 
     def as_dict(self) -> dict:
-        return {"numel": self.numel, "nan": self.nan, "inf": self.inf,
-                "saturated": self.saturated, "underflow": self.underflow}
+        return {
+            "numel": self.numel,
+            "nan": self.nan,
+            "inf": self.inf,
+            "saturated": self.saturated,
+            "underflow": self.underflow,
+        }
 
 
-def cast_stats(x: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format | str,
-               gran: Granularity | str = Granularity.TENSORWISE) -> CastStats:
+def cast_stats(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    fmt: Fp8Format | str,
+    gran: Granularity | str = Granularity.TENSORWISE,
+) -> CastStats:
     """Count NaN, inf, saturating and underflowing elements of x * scale for a cast to `fmt`."""
     info = format_info(fmt)
     finite = torch.isfinite(x)

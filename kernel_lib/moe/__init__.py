@@ -1,6 +1,7 @@
 """Mixture of Experts: routers, experts, capacity, losses, dispatch strategies, layers."""
 
 from kernel_lib.moe.capacity import apply_capacity, expert_capacity
+from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.dispatch import (
     dispatch_loop,
     dispatch_padded,
@@ -36,6 +37,7 @@ from kernel_lib.moe.routing import (
     route_topk,
 )  # fmt: skip
 from kernel_lib.moe.seed_style import SeedStyleMoE
+from kernel_lib.moe.strategies import STRATEGIES, run_strategy
 
 __all__ = [
     # routing
@@ -47,8 +49,12 @@ __all__ = [
     # capacity, losses, metrics
     "expert_capacity", "apply_capacity", "switch_aux_loss", "gshard_aux_loss",
     "entropy_balance_loss", "router_z_loss", "load_metrics",
-    # dispatch (dispatch_triton lives in kernel_lib.moe.dispatch_triton, imported lazily)
-    "dispatch_loop", "dispatch_sorted_grouped", "dispatch_sorted_segments", "dispatch_padded",
+    # dispatch (dispatch_triton lives in kernel_lib.moe.dispatch_triton, imported lazily) and
+    # the one strategy registry
+    "STRATEGIES", "run_strategy", "dispatch_loop", "dispatch_sorted_grouped",
+    "dispatch_sorted_segments", "dispatch_padded",
     # layers and the old system's way
     "MoEConfig", "MoELayer", "MoEOutput", "LayerType", "SeedStyleMoE",
+    # the notebook's parameters
+    "MoEBenchConfig",
 ]  # fmt: skip

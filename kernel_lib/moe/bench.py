@@ -1,260 +1,442 @@
 """`python -m kernel_lib bench moe`: the MoE notebook's measurements, as records.
 
-Legend: T tokens, D model, F ffn, E experts, K top-k. Every strategy's record carries
-fraction_of_peak = its TFLOP/s over a dense GEMM pair with identical FLOPs timed in the same run
-(`dense_gemm`: (A, D) @ (D, F) then (A, F) @ (F, D), A = kept assignments), and
-ratio_vs_baseline = seed-style median / its median (forward only: the seed timed forward).
+Legend: T tokens, D model, F ffn, E experts, K top-k, A kept assignments. Every timed path is a
+`measure.compare` candidate checked at its timed shape, dtype and mode against an fp64 twin
+(tolerances.py). Strategies are compared with `dense_gemm`, a GEMM pair with their FLOPs
+((A, D) @ (D, F) then (A, F) @ (F, D)): ratio_vs_baseline = dense time / strategy time, with
+its interval, and fraction_of_peak = strategy TFLOP/s over that pair's. The seed-style
+baseline (the old system's fp32 training-mode forward) is compared twice: with our strategies
+in fp32 (same dtype) and in moe_dtype (the seed's configuration against ours).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Callable
+import functools
 
 import pandas as pd
 import torch
 from tqdm import tqdm
 
+from kernel_lib import checks
 from kernel_lib import records as rec
-from kernel_lib.moe.cases import MoECase, dtype_of, make_case, run, unavailable
-from kernel_lib.moe.layers import MoEConfig, MoELayer
+from kernel_lib.checks import Unsupported
+from kernel_lib.config import parse_dtype
+from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.moe.capacity import expert_capacity
+from kernel_lib.moe.cases import (
+    MoECase,
+    make_case,
+    memory_needed,
+    reference,
+    reference_grads,
+    shape_of,
+)  # fmt: skip
+from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
+from kernel_lib.moe.layers import MoEConfig, MoELayer, layer_reference
 from kernel_lib.moe.metrics import load_metrics
 from kernel_lib.moe.seed_style import SeedStyleMoE
+from kernel_lib.moe.strategies import run_strategy, unavailable
+from kernel_lib.moe.tolerances import tolerance
 from kernel_lib.platform import DeviceFacts, device_facts
-from kernel_lib.timing import Timing, time_fn, time_interleaved
 
 TOPIC = "moe"
+DENSE, SEED = "dense_gemm", "seed_style"
 DENSE_BASIS = "dense GEMM pair, same FLOPs, same run"
+# Weight gradients only (inputs need none): dW_out, dh, dW_in are 3 GEMMs after the forward's 2.
+BACKWARD_FLOPS = 2.5
+# The layer every other layer type is compared with, when it is timed.
+LAYER_BASELINE = "standard"
+# One untimed call per candidate besides its checked first call: every path here is warm after it
+# (torch.compile compiles in the checked call).
+WARMUP = 1
 
 
-def _time(fn, facts: DeviceFacts, min_time_s: float):
-    return time_fn(fn, device=facts.device, warmup=1, min_time_s=min_time_s)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Candidate:
-    """A function to time and how to make its record from the timing."""
-
-    fn: Callable[[], object]
-    record: Callable[[Timing], rec.Record]
-
-
-def _forward_backward(fn, params):
-    """fn() -> y; returns a callable running y and dL/dparams for L = <y, g> (g fixed)."""
-    for p in params:
-        p.requires_grad_(True)
-    grad = None
-
-    def step():
-        nonlocal grad
-        y = fn()
-        grad = torch.randn_like(y) if grad is None else grad
-        torch.autograd.backward(y, grad, inputs=params)
-        for p in params:
-            p.grad = None
-
-    return step
-
-
-def _kind(backward: bool) -> str:
+def _mode(backward: bool) -> str:
     return "forward_backward" if backward else "forward"
 
 
-def dense_candidate(case: MoECase, *, facts: DeviceFacts, backward: bool = False) -> _Candidate:
-    """The dense ceiling: a GEMM pair with the case's executed FLOPs, in its dtype."""
+def _unsupported(implementation: str, reason: str) -> Candidate:
+    """A candidate that cannot run here: compare records it as skipped with `reason`."""
+
+    def fn():
+        raise Unsupported(reason)
+
+    return Candidate(implementation, fn, check=lambda out: out)
+
+
+def _grads(forward, weights: list[torch.Tensor], grad_out: torch.Tensor):
+    """A function giving dL/dweights for L = <forward(), grad_out> (no .grad accumulated)."""
+
+    def fn():
+        with torch.enable_grad():
+            return torch.autograd.grad(forward(), weights, grad_out)
+
+    return fn
+
+
+def dense_candidate(case: MoECase, *, backward: bool = False) -> Candidate:
+    """The dense GEMM pair with the case's executed FLOPs, in its dtype, checked against the
+    same pair in fp64 on the same operands (output, or weight gradients when `backward`)."""
     rows, e = case.executed_rows(), case.experts
-    a = torch.randn(rows, e.hidden, dtype=case.x.dtype, device=case.x.device)
-    w1 = e.w_in[0, :, : e.ffn].detach().clone()
-    w2 = e.w_out[0].detach().clone()
-    fn = lambda: (a @ w1) @ w2  # noqa: E731
+    gen = torch.Generator().manual_seed(1)
+    a, grad_out = (torch.randn(rows, e.hidden, generator=gen).to(case.x) for _ in range(2))
+    w1, w2 = e.w_in[0].detach().clone(), e.w_out[0].detach().clone()
+
+    def pair(a, w1, w2):
+        return (a @ w1)[:, : e.ffn] @ w2  # SwiGLU's w_in is 2F wide: same FLOPs as its experts
+
     if backward:
-        fn = _forward_backward(fn, [w1, w2])
-    flops = 2 * rows * e.hidden * e.ffn * 2 * (3 if backward else 1)
-    dtype = str(case.x.dtype).removeprefix("torch.")
-    return _Candidate(fn, lambda timing: rec.measured(
-        TOPIC, _kind(backward), "dense_gemm", timing, facts=facts, dtype=dtype, shape=case.shape, flops=flops))
+        w1.requires_grad_(True)
+        w2.requires_grad_(True)
+        fn = _grads(lambda: pair(a, w1, w2), [w1, w2], grad_out)
+        w64 = [w.detach().double().requires_grad_(True) for w in (w1, w2)]
+        ref = _grads(lambda: pair(a.double(), *w64), w64, grad_out.double())
+    else:
+        fn = functools.partial(pair, a, w1, w2)
+        ref = functools.partial(pair, a.double(), w1.double(), w2.double())
+    quantity = "grads" if backward else "forward"
+    check = checks.against(
+        ref, reference="fp64 GEMM pair, same operands", tolerance=tolerance(quantity, case.dtype)
+    )
+    flops = rows * e.flops_per_row() * (BACKWARD_FLOPS if backward else 1)
+    return Candidate(DENSE, fn, check, flops=flops)
 
 
 def strategy_candidate(
-    name: str,
-    case: MoECase,
-    *,
-    facts: DeviceFacts,
-    backward: bool = False,
-    compiled: bool = False,
-) -> _Candidate | rec.Record:
-    """One strategy on one case: forward (no grad) or forward + backward to the expert weights;
-    a skipped record where the strategy cannot run here."""
-    impl = f"dispatch_{name}" + ("_compiled" if compiled else "")
-    dtype = str(case.x.dtype).removeprefix("torch.")
-    reason = unavailable(name, case)
+    name: str, case: MoECase, *, backward: bool = False, compiled: bool = False, ref=None
+) -> Candidate:
+    """One strategy on one case: its forward output (eager or compiled) or its expert-weight
+    gradients, checked against the fp64 loop over experts (`ref`: a shared cached reference)."""
+    implementation = f"dispatch_{name}" + ("_compiled" if compiled else "")
+    reason = unavailable(name, case.x, case.experts, compiled=compiled, backward=backward)
     if reason:
-        return rec.skipped(TOPIC, _kind(backward), impl, reason, facts=facts, dtype=dtype, shape=case.shape)
-    experts = case.experts if not backward else _trainable_copy(case.experts)
-    case = dataclasses.replace(case, experts=experts)
+        return _unsupported(implementation, reason)
+    experts = copy.deepcopy(case.experts).requires_grad_(True) if backward else case.experts
 
-    def fn():
-        return run(name, case)
+    def forward():
+        return run_strategy(name, case.x, case.routing, experts, capacity=case.capacity)
 
     if compiled:
-        fn = torch.compile(fn, dynamic=False)
+        forward = torch.compile(forward, dynamic=False)
+    fn = _grads(forward, [experts.w_in, experts.w_out], case.grad_out) if backward else forward
     if backward:
-        fn = _forward_backward(fn, [experts.w_in, experts.w_out])
-    return _Candidate(fn, lambda timing: rec.measured(
-        TOPIC, _kind(backward), impl, timing, facts=facts, dtype=dtype, shape=case.shape,
-        flops=case.flops() * (3 if backward else 1),
-        metrics={"tokens_per_s": case.x.shape[0] / timing.median_ms * 1e3}))
+        check = checks.against(
+            ref or functools.partial(reference_grads, case),
+            reference="fp64 loop over experts, autograd",
+            tolerance=tolerance("grads", case.dtype),
+        )
+    else:
+        check = checks.against(
+            ref or functools.partial(reference, case),
+            reference="fp64 loop over experts",
+            tolerance=tolerance("forward", case.dtype),
+        )
+    flops = case.flops() * (BACKWARD_FLOPS if backward else 1)
+    return Candidate(implementation, fn, check, flops=flops)
 
 
-def _trainable_copy(experts):
-    copy = type(experts)(
-        experts.num_experts, experts.hidden, experts.ffn, activation=experts.activation
-    )
-    copy = copy.to(experts.w_in.dtype)
-    with torch.no_grad():
-        copy.w_in.copy_(experts.w_in)
-        copy.w_out.copy_(experts.w_out)
-    return copy
-
-
-def seed_style_candidate(case: MoECase, *, facts: DeviceFacts, capacity_factor: float = 1.25) -> _Candidate:
-    """The old system's forward (fp32, training mode, graph recorded, random drops) on the same x,
-    gate and experts; FLOPs count only the rows it really ran; drop rates in metrics."""
-    top_k = case.routing.top_k or 1
-    seed = SeedStyleMoE(case.gate, case.experts, top_k=top_k, capacity_factor=capacity_factor)
+def seed_style_candidate(case: MoECase, *, capacity_factor: float = 1.25) -> Candidate:
+    """The old system's forward (fp32, training mode, graph recorded, random drops reseeded per
+    call) on the case's x, gate and experts, checked against its fp64 twin with the same
+    routing, drops and dropout masks. FLOPs count only the rows it ran; drops in metrics."""
+    kw = dict(top_k=case.routing.top_k or 1, capacity_factor=capacity_factor)
+    seed = SeedStyleMoE(case.gate, case.experts, **kw)
+    twin = SeedStyleMoE(case.gate, case.experts, **kw, dtype=torch.float64)
     x = case.x.float()
-    torch.manual_seed(0)
-    with torch.enable_grad():
-        out = seed(x)
-    kept = out.assignments - out.dropped
+    with torch.no_grad():
+        once = seed(x)
 
     def fn():
         with torch.enable_grad():  # as the seed ran: recording the graph
-            return seed(x)
+            return seed(x).y
 
-    def record(timing: Timing) -> rec.Record:
-        metrics = {
-            "drop_rate": out.dropped / max(out.assignments, 1),
-            "dropped": out.dropped,
-            "reported_dropped": out.reported_dropped,
-            "tokens_per_s": x.shape[0] / timing.median_ms * 1e3,
-        }
-        return rec.measured(TOPIC, "forward", "seed_style", timing, facts=facts, dtype="float32",
-                            shape=case.shape, flops=float(kept * case.experts.flops_per_row()), metrics=metrics)
+    def ref():
+        with torch.no_grad():
+            return twin(x).y
 
-    return _Candidate(fn, record)
+    check = checks.against(
+        ref,
+        reference="fp64 twin, same routing, drops and dropout masks",
+        tolerance=tolerance("forward", "float32"),
+    )
+    metrics = {
+        "drop_rate": once.dropped / max(once.assignments, 1),
+        "dropped": once.dropped,
+        "reported_dropped": once.reported_dropped,
+    }
+    flops = float((once.assignments - once.dropped) * case.experts.flops_per_row())
+    return Candidate(SEED, fn, check, flops=flops, dtype="float32", metrics=metrics)
 
 
-def compare(
-    case: MoECase,
-    strategies: list[str],
-    *,
+def _case_kwargs(cfg: MoEBenchConfig, facts: DeviceFacts, index: int = 0, **changes) -> dict:
+    """make_case arguments of throughput shape `index` at the first imbalance, then `changes`."""
+    tokens, hidden, ffn = cfg.shapes[index]
+    return {
+        "tokens": tokens, "hidden": hidden, "ffn": ffn, "experts": cfg.experts,
+        "top_k": cfg.top_k, "dtype": cfg.dtype, "activation": cfg.activation,
+        "imbalance": cfg.imbalance[0], "capacity_factor": None, "device": facts.device,
+        **changes,
+    }  # fmt: skip
+
+
+def _shape(kwargs: dict) -> dict:
+    cf, capacity = kwargs["capacity_factor"], None
+    if cf is not None:
+        assignments = kwargs["tokens"] * kwargs["top_k"]
+        capacity = expert_capacity(assignments, kwargs["experts"], capacity_factor=cf)
+    return shape_of(
+        kwargs["tokens"],
+        kwargs["hidden"],
+        kwargs["ffn"],
+        kwargs["experts"],
+        kwargs["top_k"],
+        imbalance=kwargs["imbalance"],
+        capacity=capacity,
+    )
+
+
+def memory_reason(kwargs: dict, facts: DeviceFacts) -> str | None:
+    """Why a case of these make_case arguments does not fit this device's memory, or None."""
+    itemsize = parse_dtype(kwargs["dtype"]).itemsize
+    need = memory_needed(
+        kwargs["tokens"],
+        kwargs["hidden"],
+        kwargs["ffn"],
+        kwargs["experts"],
+        kwargs["top_k"],
+        itemsize,
+    )
+    if facts.memory_bytes and need > facts.memory_bytes:
+        return (
+            f"needs about {need / 2**30:.1f} GiB (case, weights, fp64 reference), "
+            f"{facts.name} has {facts.memory_bytes / 2**30:.1f} GiB"
+        )
+    return None
+
+
+def _finish(records: list[rec.Record], tokens: int, *, peak: bool = True) -> list[rec.Record]:
+    """tokens/s in metrics; fraction_of_peak over the dense pair of the same compare."""
+    dense = next((r for r in records if r.implementation == DENSE and r.status == "ok"), None)
+    out = []
+    for r in records:
+        if r.status == "ok":
+            per_s = tokens / r.median_ms * 1e3
+            r = dataclasses.replace(r, metrics={**r.metrics, "tokens_per_s": per_s})
+            if peak and dense is not None and r is not dense:
+                r = rec.with_peak(r, dense.tflops, basis=DENSE_BASIS)
+        out.append(r)
+    return out
+
+
+def best_headline(records: list[rec.Record], label: str) -> list[rec.Record]:
+    """Declare the dispatch strategy with the highest ratio against its compare's baseline the
+    headline `label` (records unchanged when none has a ratio)."""
+    rated = [
+        r
+        for r in records
+        if r.implementation.startswith("dispatch_") and r.ratio_vs_baseline is not None
+    ]
+    if not rated:
+        return records
+    best = max(rated, key=lambda r: r.ratio_vs_baseline)
+    return [rec.as_headline(r, label) if r is best else r for r in records]
+
+
+def compare_strategies(
+    cfg: MoEBenchConfig,
     facts: DeviceFacts,
+    kwargs: dict,
+    strategies,
+    *,
+    case_name: str,
     backward: bool = False,
-    compiled: list[str] = (),
-    seed_style: bool = True,
-    min_time_s: float = 0.2,
-    progress: bool = False,
+    compiled=(),
+    shape_extra: dict | None = None,
+    progress: str | None = None,
 ) -> list[rec.Record]:
-    """Dense ceiling, every strategy (eager, then compiled where asked), and the seed-style
-    baseline (forward only), all on one case and timed in alternation (`time_interleaved`), so
-    fractions and ratios hold on a shared machine; fractions and ratios filled in."""
-    entries = [dense_candidate(case, facts=facts, backward=backward)]  # candidates, or skipped records
-    for name, comp in [(s, False) for s in strategies] + [(s, True) for s in compiled]:
-        entries.append(strategy_candidate(name, case, facts=facts, backward=backward, compiled=comp))
-    with_seed = seed_style and not backward
-    if with_seed:
-        entries.append(seed_style_candidate(case, facts=facts))
-    fns = {i: c.fn for i, c in enumerate(entries) if isinstance(c, _Candidate)}
-    with torch.set_grad_enabled(backward):
-        timings = time_interleaved(fns, device=facts.device, warmup=1, min_time_s=min_time_s,
-                                   progress="moe strategies" if progress else None)
-    out = [c.record(timings[i]) if isinstance(c, _Candidate) else c for i, c in enumerate(entries)]
-    dense, baseline = out[0], out[-1] if with_seed else None
-    return [_derive(r, dense, baseline) for r in out]
+    """Dense pair and every strategy (eager, then compiled) on the case of `kwargs`, in one
+    interleaved compare against `dense_gemm`; all skipped when the case does not fit."""
+    shape = {**_shape(kwargs), **(shape_extra or {})}
+    names = [DENSE] + [f"dispatch_{s}" for s in strategies]
+    names += [f"dispatch_{s}_compiled" for s in compiled]
+    reason = memory_reason(kwargs, facts)
+    if reason:
+        candidates = [_unsupported(n, reason) for n in names]
+    else:
+        case = make_case(**kwargs)
+        ref = functools.cache(functools.partial(reference_grads if backward else reference, case))
+        candidates = [dense_candidate(case, backward=backward)]
+        candidates += [strategy_candidate(s, case, backward=backward, ref=ref) for s in strategies]
+        candidates += [strategy_candidate(s, case, compiled=True, ref=ref) for s in compiled]
+    records = compare(
+        Case(TOPIC, case_name, shape, kwargs["dtype"], _mode(backward)),
+        candidates,
+        facts=facts,
+        baseline=DENSE,
+        min_time_s=cfg.min_time_s,
+        warmup=WARMUP,
+        progress=progress,
+    )
+    return _finish(records, kwargs["tokens"])
 
 
-def _derive(record: rec.Record, dense: rec.Record, baseline: rec.Record | None) -> rec.Record:
-    if record.status != "ok":
-        return record
-    record = rec.with_peak(record, dense.tflops, basis=DENSE_BASIS)
-    if baseline is not None and record is not baseline and record.implementation != "dense_gemm":
-        record = rec.with_baseline(record, baseline)
-    return record
-
-
-def time_layer_types(
-    case: MoECase,
-    layer_types: list[str],
-    *,
-    facts: DeviceFacts,
-    strategy: str = "sorted_grouped",
-    min_time_s: float = 0.2,
+def section_throughput(
+    cfg: MoEBenchConfig, facts: DeviceFacts, *, backward: bool = False, progress: bool = False
 ) -> list[rec.Record]:
-    """Forward (eval, no grad) of each layer type's preset at the case's sizes, incl. routing."""
+    """Per (T, D, F) shape: dense pair, every strategy (eager; compiled too for forward), at the
+    first imbalance, dropless; the best strategy against the dense pair is the headline."""
+    mode, out = _mode(backward), []
+    for index, (tokens, hidden, _) in enumerate(cfg.shapes):
+        records = compare_strategies(
+            cfg,
+            facts,
+            _case_kwargs(cfg, facts, index),
+            cfg.strategies,
+            case_name=mode,
+            backward=backward,
+            compiled=() if backward else cfg.compile,
+            progress=f"moe {mode}" if progress else None,
+        )
+        label = f"MoE {mode}: best dispatch vs dense GEMM, same FLOPs (T={tokens}, D={hidden})"
+        out += best_headline(records, label)
+    return out
+
+
+SEED_CASES = {  # case name -> (our dtype, headline label)
+    "seed_same_dtype": ("float32", "MoE forward: best dispatch vs seed-style, both float32"),
+    "seed_config": (None, "MoE forward: best dispatch ({dtype}) vs seed-style as it ran "
+                          "(float32, training mode)"),
+}  # fmt: skip
+
+
+def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> list[rec.Record]:
+    """Our strategies (eager forward) against the seed-style baseline at the first shape, in
+    one interleaved compare with baseline `seed_style`: case `seed_same_dtype` (ours in fp32)
+    or `seed_config` (ours in moe_dtype against the seed's fp32 training-mode forward)."""
+    dtype, label = SEED_CASES[case_name]
+    kwargs = _case_kwargs(cfg, facts, dtype=dtype or cfg.dtype)
+    names = [f"dispatch_{s}" for s in cfg.strategies] + [SEED]
+    reason = memory_reason({**kwargs, "dtype": "float32"}, facts)
+    if reason:
+        candidates = [_unsupported(n, reason) for n in names]
+    else:
+        case = make_case(**kwargs)
+        ref = functools.cache(functools.partial(reference, case))
+        candidates = [strategy_candidate(s, case, ref=ref) for s in cfg.strategies]
+        candidates.append(seed_style_candidate(case))
+    records = compare(
+        Case(TOPIC, case_name, _shape(kwargs), kwargs["dtype"], "forward"),
+        candidates,
+        facts=facts,
+        baseline=SEED,
+        min_time_s=cfg.min_time_s,
+        warmup=WARMUP,
+    )
+    records = _finish(records, kwargs["tokens"], peak=False)
+    return best_headline(records, label.format(dtype=kwargs["dtype"]))
+
+
+def section_capacity(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
+    """Capacity-factor mode (priority drops) at the first shape: case `forward_capacity`,
+    with the routing's load and drop figures in every record's metrics."""
+    kwargs = _case_kwargs(cfg, facts, capacity_factor=cfg.capacity_factor)
+    records = compare_strategies(cfg, facts, kwargs, cfg.strategies, case_name="forward_capacity")
+    if memory_reason(kwargs, facts):
+        return records
+    load = load_metrics(make_case(**kwargs).routing)
+    return [dataclasses.replace(r, metrics={**r.metrics, **load}) for r in records]
+
+
+def _layer_candidate(layer_type: str, case: MoECase, strategy: str) -> Candidate:
+    """One layer preset (router, capacity, dispatch) at the case's sizes, eval, no grad; its
+    output checked against the fp64 twin on its own routing. FLOPs: kept expert rows only."""
     e = case.experts
-    out = []
-    for layer_type in layer_types:
-        cfg = MoEConfig.for_layer_type(
-            layer_type,
-            hidden=e.hidden,
-            ffn=e.ffn,
-            num_experts=e.num_experts,
-            top_k=case.routing.top_k or 1,
-            strategy=strategy,
-        )
-        torch.manual_seed(0)
-        layer = MoELayer(cfg).to(case.x.dtype).eval().requires_grad_(False)
-        routing = layer.route(case.x)[0]
-        rows = int(routing.counts.sum())
-        timing = _time(lambda: layer(case.x), facts, min_time_s)
-        out.append(
-            rec.measured(
-                TOPIC,
-                "layer_forward",
-                layer_type,
-                timing,
-                facts=facts,
-                dtype=str(case.x.dtype).removeprefix("torch."),
-                shape={**case.shape, "K": cfg.top_k},
-                flops=float(rows * layer.experts.flops_per_row()),
-                metrics={
-                    **load_metrics(routing),
-                    "tokens_per_s": case.x.shape[0] / timing.median_ms * 1e3,
-                },
-            )
-        )
-    return out
+    cfg = MoEConfig.for_layer_type(
+        layer_type,
+        hidden=e.hidden,
+        ffn=e.ffn,
+        num_experts=e.num_experts,
+        top_k=case.routing.top_k or 1,
+        strategy=strategy,
+    )
+    torch.manual_seed(0)
+    layer = MoELayer(cfg).to(device=case.x.device, dtype=case.x.dtype).eval().requires_grad_(False)
+    reason = unavailable(strategy, case.x, layer.experts)
+    if reason:
+        return _unsupported(layer_type, reason)
+    routing, _ = layer.route(case.x)
+    check = checks.against(
+        functools.partial(layer_reference, layer, case.x),
+        reference="fp64 twin on the layer's own routing",
+        tolerance=tolerance("forward", case.dtype),
+    )
+    metrics = {**load_metrics(routing), "K": cfg.top_k}
+    flops = float(int(routing.counts.sum()) * layer.experts.flops_per_row())
+    return Candidate(layer_type, lambda: layer(case.x).y, check, flops=flops, metrics=metrics)
 
 
-def sweep(
-    axis: str,
-    values: list,
-    base: dict,
-    strategies: list[str],
-    *,
-    facts: DeviceFacts,
-    min_time_s: float = 0.1,
-    progress: bool = False,
+def section_layers(
+    cfg: MoEBenchConfig, facts: DeviceFacts, *, strategy: str = "sorted_grouped"
 ) -> list[rec.Record]:
-    """Forward of each strategy (and the dense ceiling) as one make_case argument varies;
-    records get case = f"sweep_{axis}" and the value in shape."""
+    """Forward of each layer type's preset at the first shape, in one compare against the
+    `standard` layer when it is timed (shape: the requested K; metrics.K: the preset's)."""
+    kwargs = _case_kwargs(cfg, facts)
+    reason = memory_reason(kwargs, facts)
+    if reason:
+        candidates = [_unsupported(t, reason) for t in cfg.layer_types]
+    else:
+        case = make_case(**kwargs)
+        candidates = [_layer_candidate(t, case, strategy) for t in cfg.layer_types]
+    baseline = LAYER_BASELINE if LAYER_BASELINE in cfg.layer_types else None
+    records = compare(
+        Case(TOPIC, "layer_forward", _shape(kwargs), cfg.dtype, "forward"),
+        candidates,
+        facts=facts,
+        baseline=baseline,
+        min_time_s=cfg.min_time_s,
+        warmup=WARMUP,
+    )
+    return _finish(records, kwargs["tokens"], peak=False)
+
+
+def sweep_values(axis: str, cfg: MoEBenchConfig) -> tuple:
+    return {
+        "tokens": cfg.sweep_tokens,
+        "experts": cfg.sweep_experts,
+        "top_k": cfg.sweep_top_k,
+        "imbalance": cfg.imbalance,
+    }[axis]
+
+
+def section_sweep(
+    axis: str, cfg: MoEBenchConfig, facts: DeviceFacts, *, progress: bool = False
+) -> list[rec.Record]:
+    """One declared sweep (case `sweep_<axis>`, the swept value in shape[axis]): forward of the
+    sweep strategies and the dense pair at each point; tokens at full size, the other axes at
+    moe_sweep_base_tokens."""
+    tokens = {} if axis == "tokens" else {"tokens": cfg.sweep_base_tokens}
     out = []
-    for value in tqdm(values, disable=not progress, desc=f"moe sweep {axis}"):
-        case = make_case(**{**base, axis: value})
-        recs = compare(case, strategies, facts=facts, seed_style=False, min_time_s=min_time_s)
-        out += [
-            dataclasses.replace(r, case=f"sweep_{axis}", shape={**r.shape, axis: value})
-            for r in recs
-        ]
+    for value in tqdm(sweep_values(axis, cfg), disable=not progress, desc=f"moe sweep {axis}"):
+        kwargs = _case_kwargs(cfg, facts, **tokens, **{axis: value})
+        out += compare_strategies(
+            cfg,
+            facts,
+            kwargs,
+            cfg.sweep_strategies,
+            case_name=f"sweep_{axis}",
+            shape_extra={axis: value},
+        )
     return out
 
 
-def load_rows(base: dict, imbalances: list[float]) -> list[dict]:
-    """Tokens per expert for each imbalance (one row per expert) for the load histograms."""
+def load_rows(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[dict]:
+    """Tokens per expert at each imbalance (one row per expert), for the load histograms."""
     rows = []
-    for imbalance in imbalances:
-        metrics = load_metrics(make_case(**{**base, "imbalance": imbalance}).routing)
+    for imbalance in cfg.imbalance:
+        routing = make_case(**_case_kwargs(cfg, facts, imbalance=imbalance)).routing
+        metrics = load_metrics(routing)
         rows += [
             {"imbalance": imbalance, "expert": e, "tokens": n, "cv": round(metrics["cv"], 3)}
             for e, n in enumerate(metrics["tokens_per_expert"])
@@ -262,133 +444,38 @@ def load_rows(base: dict, imbalances: list[float]) -> list[dict]:
     return rows
 
 
-def base_case(params: dict, *, device: str = "cpu", index: int = 0) -> dict:
-    """make_case keyword arguments for throughput shape `index`: the index-th entries of
-    moe_tokens, moe_hidden and moe_ffn (three lists of one length, read together)."""
-    n = len(params["moe_hidden"])
-    for name in ("moe_tokens", "moe_ffn"):
-        if len(params[name]) != n:
-            raise ValueError(
-                f"{name}={params[name]} must have one entry per moe_hidden entry ({n})"
-            )
-    dtype_of(params["moe_dtype"])
-    return {
-        "tokens": params["moe_tokens"][index],
-        "hidden": params["moe_hidden"][index],
-        "ffn": params["moe_ffn"][index],
-        "experts": params["moe_experts"],
-        "top_k": params["moe_top_k"],
-        "dtype": params["moe_dtype"],
-        "activation": params["moe_activation"],
-        "device": device,
-    }
-
-
-def section_throughput(
-    params: dict, facts: DeviceFacts, *, backward: bool = False, progress: bool = False
-) -> list[rec.Record]:
-    """Per (tokens, hidden, ffn) shape: dense ceiling, every strategy (eager; compiled too for
-    forward), and the seed-style baseline (forward only), dropless, at the first imbalance."""
-    out = []
-    for index in range(len(params["moe_hidden"])):
-        case = make_case(
-            **base_case(params, device=facts.device, index=index),
-            imbalance=params["moe_imbalance"][0],
-        )
-        out += compare(
-            case,
-            params["moe_strategies"],
-            facts=facts,
-            backward=backward,
-            compiled=[] if backward else params["moe_compile"],
-            min_time_s=params["moe_min_time_s"],
-            progress=progress,
-        )
-    return out
-
-
-def section_capacity(params: dict, facts: DeviceFacts) -> list[rec.Record]:
-    """Capacity-factor mode (priority drops) at the first hidden size: case `forward_capacity`."""
-    case = make_case(
-        **base_case(params, device=facts.device), capacity_factor=params["moe_capacity_factor"]
-    )
-    recs = compare(
-        case,
-        params["moe_strategies"],
-        facts=facts,
-        seed_style=False,
-        min_time_s=params["moe_min_time_s"],
-    )
-    return [
-        dataclasses.replace(
-            r, case="forward_capacity", metrics={**r.metrics, **load_metrics(case.routing)}
-        )
-        for r in recs
-    ]
-
-
-def section_layers(params: dict, facts: DeviceFacts) -> list[rec.Record]:
-    return time_layer_types(
-        make_case(**base_case(params, device=facts.device)),
-        params["moe_layer_types"],
-        facts=facts,
-        min_time_s=params["moe_min_time_s"],
-    )
-
-
-def section_sweep(
-    axis: str, params: dict, facts: DeviceFacts, *, progress: bool = False
-) -> list[rec.Record]:
-    """One declared sweep: tokens (full size); experts, top_k, imbalance (at sweep_base_tokens)."""
-    values = {
-        "tokens": params["moe_sweep_tokens"],
-        "experts": params["moe_sweep_experts"],
-        "top_k": params["moe_sweep_top_k"],
-        "imbalance": params["moe_imbalance"],
-    }[axis]
-    base = base_case(params, device=facts.device)
-    if axis != "tokens":
-        base = {**base, "tokens": params["moe_sweep_base_tokens"]}
-    return sweep(
-        axis,
-        values,
-        base,
-        params["moe_sweep_strategies"],
-        facts=facts,
-        min_time_s=params["moe_min_time_s"],
-        progress=progress,
-    )
-
-
 def baseline_table(records: list[rec.Record]) -> pd.DataFrame:
-    """Forward strategies next to the seed-style baseline: speed, ratio and what each dropped."""
+    """The seed-style comparisons: speed, ratio against the seed with its interval and verdict,
+    and what each implementation dropped (dropless strategies drop nothing)."""
     rows = [
         {
+            "case": r.case,
             "implementation": r.implementation,
-            "D": r.shape.get("D"),
             "dtype": r.dtype,
             "tokens_per_s": r.metrics.get("tokens_per_s"),
             "ratio_vs_seed_style": r.ratio_vs_baseline,
+            "ratio_low": r.ratio_low,
+            "ratio_high": r.ratio_high,
+            "verdict": r.verdict,
             "drop_rate": r.metrics.get("drop_rate", 0.0),
             "reported_dropped": r.metrics.get("reported_dropped", 0),
         }
         for r in records
-        if r.case == "forward" and r.status == "ok" and r.implementation != "dense_gemm"
+        if r.case in SEED_CASES and r.status == "ok"
     ]
     return pd.DataFrame(rows).round(3)
 
 
-SWEEPS = ("tokens", "experts", "top_k", "imbalance")
-
-
 def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     """What the notebook measures, in its order."""
-    facts = device_facts()
-    records = section_throughput(params, facts, progress=progress)
-    if params["moe_backward"]:
-        records += section_throughput(params, facts, backward=True, progress=progress)
-    records += section_capacity(params, facts)
-    records += section_layers(params, facts)
+    cfg, facts = MoEBenchConfig.from_params(params), device_facts()
+    records = section_throughput(cfg, facts, progress=progress)
+    if cfg.backward:
+        records += section_throughput(cfg, facts, backward=True, progress=progress)
+    for case_name in SEED_CASES:
+        records += section_seed(cfg, facts, case_name)
+    records += section_capacity(cfg, facts)
+    records += section_layers(cfg, facts)
     for axis in SWEEPS:
-        records += section_sweep(axis, params, facts, progress=progress)
+        records += section_sweep(axis, cfg, facts, progress=progress)
     return records

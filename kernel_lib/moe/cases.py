@@ -1,38 +1,31 @@
-"""Benchmark inputs and the correctness check every timing is preceded by.
+"""Benchmark inputs and their fp64 references (forward output and weight gradients).
 
-Legend: T tokens, D model, F ffn, E experts, K top-k.
+Legend: T tokens, D model, F ffn, E experts, K top-k, A kept assignments.
 """
 
 from __future__ import annotations
 
-import os
+import copy
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 from torch import Tensor
 
-from kernel_lib.moe import dispatch
+from kernel_lib import checks
+from kernel_lib.config import dtype_name, parse_dtype
 from kernel_lib.moe.capacity import apply_capacity, expert_capacity
+from kernel_lib.moe.dispatch import dispatch_loop
 from kernel_lib.moe.experts import FeedForwardExperts
 from kernel_lib.moe.routing import Routing, check_top_k, route_topk
-
-DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float64": torch.float64,
-}
-# Strategy name (notebook parameter) -> dispatch function name (record `implementation`).
-STRATEGIES = ("loop", "sorted_grouped", "sorted_segments", "padded", "triton")
-# Max |error| / max |reference| allowed against the fp64 loop: a few ulps of the input dtype
-# times the accumulation depth's square root, measured margins ~10x below these.
-REL_TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+from kernel_lib.moe.strategies import run_strategy, unavailable
+from kernel_lib.moe.tolerances import tolerance
 
 
 @dataclass(frozen=True)
 class MoECase:
-    """One benchmark input: x (T, D), a (D, E) gate, routing from x @ gate, FFN experts."""
+    """One benchmark input: x (T, D), a (D, E) gate, routing from x @ gate, FFN experts, and
+    the fixed upstream gradient (T, D) of the forward + backward cases."""
 
     x: Tensor
     gate: Tensor
@@ -40,19 +33,24 @@ class MoECase:
     experts: FeedForwardExperts
     capacity: int | None  # None: dropless
     imbalance: float
+    grad_out: Tensor
+
+    @property
+    def dtype(self) -> str:
+        return dtype_name(self.x.dtype)
 
     @property
     def shape(self) -> dict:
         e = self.experts
-        return {
-            "T": self.x.shape[0],
-            "D": e.hidden,
-            "F": e.ffn,
-            "E": e.num_experts,
-            "K": self.routing.top_k or 0,
-            "imbalance": self.imbalance,
-            "capacity": self.capacity,
-        }
+        return shape_of(
+            self.x.shape[0],
+            e.hidden,
+            e.ffn,
+            e.num_experts,
+            self.routing.top_k or 0,
+            imbalance=self.imbalance,
+            capacity=self.capacity,
+        )
 
     def executed_rows(self) -> int:
         """Kept assignments: the rows whose expert FLOPs count (host sync)."""
@@ -62,11 +60,22 @@ class MoECase:
         """Forward expert FLOPs of the kept assignments (padding and dropped rows excluded)."""
         return float(self.executed_rows() * self.experts.flops_per_row())
 
+    def run(self, strategy: str) -> Tensor:
+        """Strategy `strategy` on this case (the padded one at the case's capacity)."""
+        return run_strategy(strategy, self.x, self.routing, self.experts, capacity=self.capacity)
 
-def dtype_of(name: str) -> torch.dtype:
-    if name not in DTYPES:
-        raise ValueError(f"dtype={name!r} must be one of {list(DTYPES)}")
-    return DTYPES[name]
+
+def shape_of(tokens, hidden, ffn, experts, top_k, *, imbalance=0.0, capacity=None) -> dict:
+    """A case's record shape: T, D, F, E, K, imbalance and capacity (None: dropless)."""
+    return {
+        "T": tokens,
+        "D": hidden,
+        "F": ffn,
+        "E": experts,
+        "K": top_k,
+        "imbalance": imbalance,
+        "capacity": capacity,
+    }
 
 
 def make_case(
@@ -91,11 +100,13 @@ def make_case(
     if tokens < 0:
         raise ValueError(f"tokens={tokens} must be >= 0")
     check_top_k(top_k, experts)
+    torch_dtype = parse_dtype(dtype)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     ffn_experts = FeedForwardExperts(experts, hidden, ffn, activation=activation)
-    ffn_experts = ffn_experts.to(device=device, dtype=dtype_of(dtype)).requires_grad_(False)
-    x = torch.randn(tokens, hidden, generator=gen).to(device=device, dtype=dtype_of(dtype))
+    ffn_experts = ffn_experts.to(device=device, dtype=torch_dtype).requires_grad_(False)
+    x = torch.randn(tokens, hidden, generator=gen).to(device=device, dtype=torch_dtype)
+    grad_out = torch.randn(tokens, hidden, generator=gen).to(device=device, dtype=torch_dtype)
     gate = (torch.randn(hidden, experts, generator=gen) / hidden**0.5).to(device)
     skew = imbalance * torch.arange(experts, device=device, dtype=torch.float32)
     routing = route_topk(x.float() @ gate - skew, top_k=top_k)
@@ -103,88 +114,62 @@ def make_case(
     if capacity_factor is not None:
         capacity = expert_capacity(tokens * top_k, experts, capacity_factor=capacity_factor)
         routing = apply_capacity(routing, capacity)
-    return MoECase(x, gate, routing, ffn_experts, capacity, imbalance)
+    return MoECase(x, gate, routing, ffn_experts, capacity, imbalance, grad_out)
 
 
-def strategy_fn(name: str):
-    """The dispatch function of a strategy name (Triton imported only when asked for)."""
-    if name not in STRATEGIES:
-        raise ValueError(f"strategy={name!r} must be one of {list(STRATEGIES)}")
-    if name == "triton":
-        from kernel_lib.moe.dispatch_triton import dispatch_triton
-
-        return dispatch_triton
-    return getattr(dispatch, f"dispatch_{name}")
+def memory_needed(tokens: int, hidden: int, ffn: int, experts: int, top_k: int, itemsize: int):
+    """Estimated peak bytes of one case: x, weights and their gradients, the (A, D + 2F)
+    intermediates, in the case's dtype and again in the fp64 reference (SwiGLU counted wide)."""
+    rows = tokens * top_k
+    elements = 3 * tokens * hidden + 2 * 2 * experts * hidden * 2 * ffn + rows * (hidden + 4 * ffn)
+    return elements * (itemsize + 8)
 
 
-def unavailable(name: str, case: MoECase) -> str | None:
-    """Why strategy `name` cannot run on this case here, or None when it can."""
-    if name == "triton" and not case.x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        return "Triton kernel needs a CUDA/ROCm GPU (tested on CPU under TRITON_INTERPRET=1)"
-    if name == "sorted_grouped":
-        try:
-            dispatch.check_grouped_mm(case.x, case.experts)
-        except ValueError as err:
-            return f"torch._grouped_mm: {err}"
-    return None
-
-
-def run(name: str, case: MoECase) -> Tensor:
-    """Strategy `name` on the case (the padded one at the case's capacity)."""
-    if name == "padded":
-        return dispatch.dispatch_padded(case.x, case.routing, case.experts, capacity=case.capacity)
-    return strategy_fn(name)(case.x, case.routing, case.experts)
+def fp64_experts(experts: FeedForwardExperts, *, trainable: bool = False) -> FeedForwardExperts:
+    """An fp64 copy of `experts` (with gradients when `trainable`)."""
+    return copy.deepcopy(experts).double().requires_grad_(trainable)
 
 
 def reference(case: MoECase) -> Tensor:
-    """fp64 loop over experts: the oracle every strategy is compared with."""
-    experts64 = (
-        FeedForwardExperts(
-            case.experts.num_experts,
-            case.experts.hidden,
-            case.experts.ffn,
-            activation=case.experts.activation,
-        )
-        .double()
-        .requires_grad_(False)
-    )
+    """fp64 loop over experts: the oracle every strategy's forward is compared with."""
     with torch.no_grad():
-        experts64.w_in.copy_(case.experts.w_in)
-        experts64.w_out.copy_(case.experts.w_out)
-    return dispatch.dispatch_loop(case.x.double(), case.routing, experts64)
+        return dispatch_loop(case.x.double(), case.routing, fp64_experts(case.experts))
 
 
-def check_strategies(case: MoECase, strategies: list[str]) -> pd.DataFrame:
-    """Each strategy's max |error| relative to the fp64 reference; raises AssertionError on a
-    FAIL. Strategies that cannot run here are listed as skipped with the reason."""
-    ref = reference(case)
-    scale = ref.abs().max().item() if ref.numel() else 1.0
-    tol = REL_TOL[case.x.dtype]
+def reference_grads(case: MoECase) -> tuple[Tensor, Tensor]:
+    """fp64 (dL/dw_in, dL/dw_out) of L = <y, grad_out>, y the fp64 loop over experts."""
+    experts = fp64_experts(case.experts, trainable=True)
+    with torch.enable_grad():
+        y = dispatch_loop(case.x.double(), case.routing, experts)
+        return torch.autograd.grad(y, [experts.w_in, experts.w_out], case.grad_out.double())
+
+
+def check_table(case: MoECase, strategies) -> pd.DataFrame:
+    """Each strategy's forward on `case` against the fp64 loop: strategy, result (PASS, FAIL or
+    skipped), rel_error, tolerance, reason. Raises AssertionError when any strategy fails."""
+    tol = tolerance("forward", case.dtype)
+    check = checks.against(lambda: reference(case), reference="fp64 loop", tolerance=tol)
     rows = []
     for name in strategies:
-        reason = unavailable(name, case)
+        reason = unavailable(name, case.x, case.experts)
         if reason:
             rows.append(
                 {
                     "strategy": name,
-                    "rel_err": "-",
-                    "tol": f"{tol:.0e}",
                     "result": "skipped",
+                    "rel_error": None,
+                    "tolerance": tol.value,
                     "reason": reason,
                 }
             )
             continue
-        err = (
-            (run(name, case).double() - ref).abs().max().item() / max(scale, 1e-30)
-            if ref.numel()
-            else 0.0
-        )
+        got = check(case.run(name))
         rows.append(
             {
                 "strategy": name,
-                "rel_err": f"{err:.1e}",
-                "tol": f"{tol:.0e}",
-                "result": "PASS" if err <= tol else "FAIL",
+                "result": "PASS" if got.passed else "FAIL",
+                "rel_error": got.rel_error,
+                "tolerance": tol.value,
                 "reason": "",
             }
         )
@@ -193,3 +178,18 @@ def check_strategies(case: MoECase, strategies: list[str]) -> pd.DataFrame:
     if len(failed):
         raise AssertionError(f"strategies disagree with the fp64 reference:\n{failed}")
     return table
+
+
+def check_edges(dtype: str, strategies, *, device: str = "cpu") -> pd.DataFrame:
+    """check_table on the edge cases, one block each: no tokens, every token to one expert,
+    capacity mode with priority drops, the benchmark dtype, odd widths grouped GEMMs refuse."""
+    edges = {
+        "zero_tokens": make_case(0, 64, 96, 4, 2, dtype="float32", device=device),
+        "all_to_one": make_case(64, 64, 96, 4, 1, dtype="float32", imbalance=100.0, device=device),
+        "capacity_1.0": make_case(
+            131, 64, 96, 4, 2, dtype="float32", capacity_factor=1.0, device=device
+        ),
+        dtype: make_case(131, 64, 96, 5, 2, dtype=dtype, device=device),
+        "odd_widths": make_case(37, 7, 13, 3, 2, dtype="float32", device=device),
+    }
+    return pd.concat({name: check_table(case, strategies) for name, case in edges.items()})

@@ -7,6 +7,7 @@ preset of MoEConfig (`MoEConfig.for_layer_type`), which returns a new config and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 from dataclasses import dataclass
@@ -15,8 +16,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from kernel_lib.moe import dispatch
+from kernel_lib.config import parse_choice
 from kernel_lib.moe.capacity import apply_capacity, expert_capacity
+from kernel_lib.moe.dispatch import dispatch_loop
 from kernel_lib.moe.experts import (
     ACTIVATIONS,
     AdapterExperts,
@@ -37,6 +39,7 @@ from kernel_lib.moe.routing import (
     SwitchRouter,
     TopKRouter,
 )  # fmt: skip
+from kernel_lib.moe.strategies import ANY_EXPERTS, STRATEGIES, run_strategy
 
 
 class Router(str, enum.Enum):
@@ -56,14 +59,6 @@ class Expert(str, enum.Enum):
     ATTENTION = "attention"
     LORA = "lora"
     ADAPTER = "adapter"
-
-
-class Strategy(str, enum.Enum):
-    LOOP = "loop"
-    SORTED_GROUPED = "sorted_grouped"
-    SORTED_SEGMENTS = "sorted_segments"
-    PADDED = "padded"
-    TRITON = "triton"
 
 
 class LayerType(str, enum.Enum):
@@ -96,7 +91,7 @@ class MoEConfig:
     shared_experts: int = 0  # dense FFNs added to every token (DeepSeekMoE)
     capacity_factor: float | None = None  # None: dropless; else C = ceil(cf * T * K / E)
     min_capacity: int = 0  # floor on C in capacity mode
-    strategy: Strategy = Strategy.SORTED_GROUPED
+    strategy: str = "sorted_grouped"  # a name in strategies.STRATEGIES
     aux_loss: str | None = "switch"  # key of losses.AUX_LOSSES, or None
     aux_loss_weight: float = 0.01
     z_loss_weight: float = 0.001
@@ -110,8 +105,9 @@ class MoEConfig:
                 raise ValueError(f"{name}={value!r} must be a positive int")
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k={self.top_k} must be <= num_experts={self.num_experts}")
-        for name, cls in (("router", Router), ("expert", Expert), ("strategy", Strategy)):
+        for name, cls in (("router", Router), ("expert", Expert)):
             object.__setattr__(self, name, _enum(cls, name, getattr(self, name)))
+        parse_choice(self.strategy, STRATEGIES, param="strategy")
         if self.score not in SCORES:
             raise ValueError(f"score={self.score!r} must be one of {SCORES}")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
@@ -127,17 +123,14 @@ class MoEConfig:
                 f"shared_experts={self.shared_experts}, min_capacity={self.min_capacity} "
                 "must be >= 0"
             )
-        if (
-            self.strategy not in (Strategy.LOOP, Strategy.SORTED_SEGMENTS)
-            and self.expert.value not in ACTIVATIONS
-        ):
+        if self.strategy not in ANY_EXPERTS and self.expert.value not in ACTIVATIONS:
             raise ValueError(
-                f"strategy={self.strategy.value!r} runs feed-forward experts only; "
-                f"expert={self.expert.value!r} needs strategy='loop'"
+                f"strategy={self.strategy!r} runs feed-forward experts only; "
+                f"expert={self.expert.value!r} needs one of {list(ANY_EXPERTS)}"
             )
 
     @classmethod
-    def for_layer_type(cls, layer_type: str, *, sparsity: float = 0.25, **kwargs) -> "MoEConfig":
+    def for_layer_type(cls, layer_type: str, *, sparsity: float = 0.25, **kwargs) -> MoEConfig:
         """The preset of a seed layer type; kwargs are the caller's fields, overridden only where
         the type defines them (switch: top-1 + cf 1.0; sparse: K = min(K, int(E * sparsity)))."""
         kind = _enum(LayerType, "layer_type", layer_type)
@@ -195,30 +188,6 @@ def build_experts(cfg: MoEConfig) -> nn.Module:
     }[cfg.expert]()
 
 
-def run_strategy(
-    strategy: Strategy,
-    x: Tensor,
-    routing: Routing,
-    experts: nn.Module,
-    *,
-    capacity: int | None = None,
-) -> Tensor:
-    """Call the named dispatch strategy (the Triton one is imported only when asked for).
-
-    capacity: the padded strategy's rows per expert (None: the largest load)."""
-    if strategy is Strategy.PADDED:
-        return dispatch.dispatch_padded(x, routing, experts, capacity=capacity)
-    if strategy is Strategy.TRITON:
-        from kernel_lib.moe.dispatch_triton import dispatch_triton
-
-        return dispatch_triton(x, routing, experts)
-    return {
-        Strategy.LOOP: dispatch.dispatch_loop,
-        Strategy.SORTED_GROUPED: dispatch.dispatch_sorted_grouped,
-        Strategy.SORTED_SEGMENTS: dispatch.dispatch_sorted_segments,
-    }[strategy](x, routing, experts)
-
-
 class MoELayer(nn.Module):
     """Route, apply capacity, dispatch, add shared experts. x: (T, D) -> MoEOutput."""
 
@@ -268,3 +237,17 @@ class MoELayer(nn.Module):
         for shared in self.shared:
             y = y + shared(x)
         return MoEOutput(y, self.aux_loss(routing), routing)
+
+
+@torch.no_grad()
+def layer_reference(layer: MoELayer, x: Tensor) -> Tensor:
+    """fp64 twin of layer(x).y on the layer's own routing (a discrete decision, replayed rather
+    than recomputed, so near-tied gate scores cannot flip): dispatch_loop over an fp64 copy of
+    its experts, plus its shared experts in fp64. x: (T, D); returns (T, D) float64."""
+    routing, _ = layer.route(x)
+    twin = copy.deepcopy(layer).double()
+    x64 = x.double()
+    y = dispatch_loop(x64, routing, twin.experts)
+    for shared in twin.shared:
+        y = y + shared(x64)
+    return y

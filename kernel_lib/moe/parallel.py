@@ -8,7 +8,7 @@ differentiable functional collectives, so gradients flow back to the sending ran
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

@@ -49,7 +49,7 @@ def pattern_cases(draw, max_seq_len: int = 97):
     """(config, seq_len, num_heads) with odd lengths and edge-case numbers."""
     seq_len = draw(st.integers(1, max_seq_len))
     config = PatternConfig(
-        draw(st.sampled_from(PATTERNS)),
+        draw(st.sampled_from(list(PATTERNS))),
         window=draw(st.integers(1, seq_len + 3)),
         prefix_len=draw(st.integers(0, seq_len + 2)),
         doc_lengths=draw(doc_lengths(seq_len)),

@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from kernel_lib.attention import flex
-from kernel_lib.attention.checks import reference_output
 from kernel_lib.attention.patterns import PATTERNS, PatternConfig
+from kernel_lib.attention.reference import dense_block_sparsity, reference_output
+from kernel_lib.checks import Unsupported
 
 from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config
 
 
-@pytest.mark.parametrize("name", PATTERNS)
+@pytest.mark.parametrize("name", list(PATTERNS))
 def test_compiled_flex_matches_reference(name, flex_qkv):
     config = flex_config(name)
     out = flex.flex_attention_compiled(*flex_qkv, config, block_size=FLEX_BLOCK)
@@ -49,6 +50,13 @@ def test_block_sparsity():
     assert 0 < odd < 100  # never negative when S is not a multiple of the block
 
 
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_block_sparsity_is_the_dense_expectation(name):
+    config = flex_config(name)
+    got = flex.block_sparsity(config, FLEX_SHAPE.seq_len, block_size=FLEX_BLOCK)
+    assert got == pytest.approx(dense_block_sparsity(config, FLEX_SHAPE.seq_len, FLEX_BLOCK))
+
+
 def test_block_mask_is_cached_per_key():
     config = flex_config("prefix_lm")
     one = flex.block_mask_for(config, 96, device="cpu", block_size=32)
@@ -58,15 +66,25 @@ def test_block_mask_is_cached_per_key():
 
 def test_backward_on_cpu_is_refused(flex_qkv):
     q = flex_qkv[0].clone().requires_grad_(True)
-    with pytest.raises(NotImplementedError, match="backward"):
+    with pytest.raises(Unsupported, match="backward"):
         flex.flex_attention_compiled(q, *flex_qkv[1:], flex_config("causal"))
 
 
-@pytest.mark.parametrize("head_dim", [8, 24, 48, 512])
-def test_unsupported_head_dim(head_dim):
-    q = torch.randn(1, 1, 8, head_dim)
-    with pytest.raises(ValueError, match=f"head_dim={head_dim}"):
-        flex.flex_attention_compiled(q, q, q, flex_config("causal"))
+def test_head_dim_torch_accepts_is_accepted():
+    q = torch.randn(1, 2, 40, 40)  # D=40: not a power of two, accepted by torch's flex
+    out = flex.flex_attention_compiled(q, q, q, flex_config("causal"), block_size=FLEX_BLOCK)
+    error = float((out.double() - reference_output(q, q, q, flex_config("causal"))).abs().max())
+    assert error < 1e-5, f"D=40: max error {error:.2e}"
+
+
+def test_compile_failure_is_unsupported(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise torch._dynamo.exc.BackendCompilerFailed(refuse, RuntimeError("no kernel"), None)
+
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda: refuse)
+    q = torch.randn(1, 1, 8, 3)
+    with pytest.raises(Unsupported, match="D=3"):
+        flex.flex_attention_compiled(q, q, q, flex_config("full"))
 
 
 def test_bad_shapes_and_types():

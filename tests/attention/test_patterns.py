@@ -6,6 +6,7 @@ from hypothesis import given, settings
 
 from kernel_lib.attention.patterns import (
     PATTERNS,
+    REGISTERED,
     PatternConfig,
     build_pattern,
     document_lengths,
@@ -30,7 +31,7 @@ def test_mods_match_dense_reference(case):
         assert error < 1e-5, f"{config.name} bias error {error:.2e} (fp32 slopes vs fp64)"
 
 
-@pytest.mark.parametrize("name", PATTERNS)
+@pytest.mark.parametrize("name", list(PATTERNS))
 def test_every_row_attends_somewhere(name):
     # flex returns 0 for a fully masked row and SDPA NaN: no pattern here may have one.
     config = PatternConfig(name, window=1, prefix_len=0, num_global=0)
@@ -77,3 +78,13 @@ def test_bad_numbers(field, value):
 def test_bad_seq_len():
     with pytest.raises(ValueError, match="seq_len=0"):
         build_pattern(PatternConfig("causal"), seq_len=0, num_heads=1, device="cpu")
+
+
+@pytest.mark.parametrize("pattern", REGISTERED, ids=lambda p: p.name)
+def test_registry_entry_is_consistent(pattern):
+    assert PATTERNS[pattern.name] is pattern  # registered once, under its own name
+    assert (pattern.dense_bias is None) or pattern.score_mod is not None
+    assert not (pattern.softcapped and pattern.dense_bias is not None)
+    if pattern.is_causal:  # SDPA's is_causal flag stands for the whole pattern
+        assert pattern.score_mod is None
+        assert torch.equal(dense_mask(PatternConfig(pattern.name), 9), torch.ones(9, 9).tril() > 0)

@@ -8,9 +8,18 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from kernel_lib.attention.checks import output_rows, reference_output, reference_rows
+from kernel_lib.attention import reference
 from kernel_lib.attention.patterns import PatternConfig, build_pattern
-from kernel_lib.attention.reference import attention_reference, dense_mask, sdpa_mask
+from kernel_lib.attention.reference import (
+    attention_reference,
+    dense_block_sparsity,
+    dense_mask,
+    output_rows,
+    reference_grads,
+    reference_output,
+    reference_rows,
+    sdpa_mask,
+)
 
 from .conftest import fp64, pattern_cases, qkv_for
 
@@ -61,4 +70,19 @@ def test_row_sampled_reference_matches_full():
     for name in ("alibi", "relative_position_bias", "document"):
         config = PatternConfig(name, max_distance=50)
         full = output_rows(reference_output(q, k, v, config), rows)
-        assert torch.equal(full, reference_output(q, k, v, config, rows=rows)), name
+        assert torch.allclose(full, reference_output(q, k, v, config, rows=rows), atol=1e-12), name
+
+
+def test_chunked_reference_grads_match_autograd(monkeypatch):
+    monkeypatch.setattr(reference, "CHUNK_BYTES", 8 * 2 * 3 * 29 * 5)  # 5 rows per chunk
+    q, k, v = (t.requires_grad_(True) for t in fp64(*qkv_for(29, 3)))
+    grad_out = torch.randn(q.shape, dtype=torch.float64)
+    config = PatternConfig("alibi")
+    expected = torch.autograd.grad(reference_output(q, k, v, config), (q, k, v), grad_out)
+    for got, want in zip(reference_grads(q, k, v, grad_out, config), expected):
+        assert torch.allclose(got, want, atol=1e-12)
+
+
+def test_dense_block_sparsity_counts_empty_tiles():
+    assert dense_block_sparsity(PatternConfig("causal"), 256, 64) == 100 * 6 / 16
+    assert dense_block_sparsity(PatternConfig("full"), 200, 64) == 0.0

@@ -4,8 +4,34 @@ from types import SimpleNamespace
 
 import pytest
 
+from kernel_lib.backends.config import BackendConfig
 from kernel_lib.backends.target import Target
 from kernel_lib.platform import DeviceFacts, device_facts
+
+# The smallest parameters that still run every section.
+TINY = dict(
+    gemm_sizes=[16],
+    gemm_dtypes=["float32", "bfloat16"],
+    bandwidth_mib=[1],
+    transfer_mib=[1],
+    mlp_batch=4,
+    mlp_dim=8,
+    mlp_dtype="float32",
+    compile_mlp=False,
+    probe_compile=False,
+    min_time_s=0.001,
+    tf32_size=16,
+    blas_size=16,
+    xla_seq_lens=[5, 9, 13, 19],
+    xla_bucket=16,
+    xla_precision_size=32,
+)
+
+
+@pytest.fixture
+def tiny() -> BackendConfig:
+    """BackendConfig with TINY sizes; dataclasses.replace(tiny, ...) for one test's change."""
+    return BackendConfig.from_params(TINY)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from kernel_lib.backends import amd
 from kernel_lib.backends.amd import amd_facts, blas_libraries, fp8_formats
 from kernel_lib.platform import detect_backend, detect_platform, device_facts
 
@@ -42,23 +43,26 @@ def test_fnuz_formats_have_half_the_range_and_the_same_precision():
     assert (table["max_rel_err"] <= table["eps"]).all()
 
 
-def test_a_blas_library_torch_will_not_select_is_skipped_with_what_it_kept(mi300x, cpu_target):
-    records = blas_libraries(cpu_target, n=16, min_time_s=0.001)  # the fake always keeps hipBLASLt
+def test_a_blas_library_torch_will_not_select_is_skipped_with_what_it_kept(
+    mi300x, cpu_target, tiny
+):
+    records = blas_libraries(cpu_target, tiny)  # the fake always keeps hipBLASLt
     assert (records[0].implementation, records[0].status, records[0].reason) == (
         "rocblas",
         "skipped",
         "torch kept cublaslt",
     )
     assert (records[1].implementation, records[1].status) == ("hipblaslt", "ok")
+    assert records[1].check["pass"]
 
 
-def test_blas_rejects_bad_size(cpu_target):
-    with pytest.raises(ValueError, match="blas_size"):
-        blas_libraries(cpu_target, n=-4)
+def test_a_wrong_blas_result_is_recorded_wrong(monkeypatch, mi300x, cpu_target, tiny):
+    monkeypatch.setattr(amd, "mm_through", lambda library, a, b: (a @ b).neg())
+    assert [r.status for r in blas_libraries(cpu_target, tiny)] == ["skipped", "wrong"]
 
 
-def test_blas_on_an_absent_device_is_skipped(absent):
-    assert [(r.implementation, r.status) for r in blas_libraries(absent("amd"), n=64)] == [
+def test_blas_on_an_absent_device_is_skipped(absent, tiny):
+    assert [(r.implementation, r.status) for r in blas_libraries(absent("amd"), tiny)] == [
         ("rocblas", "skipped"),
         ("hipblaslt", "skipped"),
     ]

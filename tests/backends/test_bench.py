@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import subprocess
 import sys
@@ -7,51 +8,44 @@ import papermill
 import pytest
 
 from kernel_lib.backends import bench
+from kernel_lib.backends.config import BackendConfig
 from kernel_lib.records import STATUSES
+
+from .conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("cpu", "nvidia", "amd", "tpu", "xpu")
-TINY = {
-    "gemm_sizes": [16],
-    "gemm_dtypes": ["float32"],
-    "bandwidth_mib": [1],
-    "transfer_mib": [1],
-    "mlp_batch": 2,
-    "mlp_dim": 8,
-    "mlp_dtype": "float32",
-    "compile_mlp": False,
-    "probe_compile": False,
-    "min_time_s": 0.001,
+SPECIFIC = {
+    "nvidia": {"tf32_size"},
+    "amd": {"blas_size"},
+    "tpu": {"xla_seq_lens", "xla_bucket", "xla_precision_size"},
 }
+ALL_SPECIFIC = set().union(*SPECIFIC.values())
 
 
 def _parameters(backend: str) -> dict:
     return papermill.inspect_notebook(str(ROOT / "notebooks" / f"backend_{backend}.ipynb"))
 
 
-def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch):
+def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch, cpu_target):
     monkeypatch.setattr(bench, "detect_backend", lambda: "cpu")
+    monkeypatch.setattr(bench, "find_target", lambda name: cpu_target)  # also in the XLA venv
     records = bench.suite(TINY)
     cases = [r.case for r in records]
-    assert cases[0] == "facts" and {
-        "probe",
-        "gemm",
-        "copy",
-        "triad",
-        "launch_latency",
-        "mlp",
-    } <= set(cases)
-    assert {r.status for r in records} <= set(STATUSES) and "failed" not in {
-        r.status for r in records
-    }
+    assert cases[0] == "facts"
+    assert {"probe", "gemm", "copy", "triad", "launch_latency", "mlp"} <= set(cases)
+    assert {r.status for r in records} <= set(STATUSES) - {"failed", "wrong"}
+    assert [r.headline for r in records if r.headline] == [
+        "bf16 GEMM vs fp32 at the largest swept n",
+        "compiled MLP vs eager",
+    ]
 
 
 @pytest.mark.parametrize("backend", ["nvidia", "amd", "xpu"])
 def test_suite_for_an_absent_backend_records_only_skips(monkeypatch, backend):
     monkeypatch.setattr(bench, "detect_backend", lambda: backend)
     monkeypatch.setattr(bench, "find_target", lambda name: _absent_target(name))
-    params = {**TINY, "tf32_size": 8, "blas_size": 8}
-    assert {r.status for r in bench.suite(params)} == {"skipped"}
+    assert {r.status for r in bench.suite(TINY)} == {"skipped"}
 
 
 def _absent_target(backend):
@@ -68,21 +62,26 @@ def _absent_target(backend):
 
 def test_the_five_notebooks_share_their_common_parameters():
     shared = {name: p["inferred_type_name"] for name, p in _parameters("cpu").items()}
-    assert set(TINY) == set(shared)
+    assert set(shared) == set(TINY) - ALL_SPECIFIC
     for backend in BACKENDS[1:]:
         params = _parameters(backend)
         assert {n: params[n]["inferred_type_name"] for n in shared} == shared, backend
 
 
-def test_suite_reads_only_parameters_its_notebook_has():
+def test_each_notebook_has_the_common_parameters_plus_its_own():
     for backend in BACKENDS:
         names = set(_parameters(backend))
-        specific = {
-            "nvidia": {"tf32_size"},
-            "amd": {"blas_size"},
-            "tpu": {"xla_seq_lens", "xla_bucket", "xla_precision_size"},
-        }.get(backend, set())
-        assert names == set(TINY) | specific, backend
+        assert names == set(TINY) - ALL_SPECIFIC | SPECIFIC.get(backend, set()), backend
+
+
+def test_every_notebook_parameter_is_a_config_field_with_the_notebooks_default():
+    fields = {f.name: f for f in dataclasses.fields(BackendConfig)}
+    for backend in BACKENDS:
+        for name, param in _parameters(backend).items():
+            assert name in fields, (backend, name)
+            default = fields[name].default
+            value = eval(param["default"])  # the notebook's literal
+            assert (tuple(value) if isinstance(value, list) else value) == default, (backend, name)
 
 
 def test_a_backend_notebook_without_its_device_finishes_with_every_record_skipped(tmp_path):

@@ -74,13 +74,20 @@ def test_an_unlisted_gpu_asks_for_a_platform_name():
         )
 
 
-def test_tf32_rejects_bad_size(cpu_target):
-    with pytest.raises(ValueError, match="tf32_size"):
-        tf32_effect(cpu_target, n=0)
+def test_tf32_modes_are_interleaved_and_checked(cpu_target, tiny):
+    ieee, tf32 = tf32_effect(cpu_target, tiny)  # on a CPU both modes run the fp32 GEMM
+    assert (ieee.implementation, tf32.implementation) == ("ieee", "tf32")
+    assert ieee.check["pass"] and tf32.check["tolerance"] > ieee.check["tolerance"]
+    assert tf32.baseline == "ieee" and tf32.ratio_vs_baseline > 0
 
 
-def test_tf32_on_an_absent_device_is_skipped(absent):
-    assert [r.status for r in tf32_effect(absent("nvidia"), n=64)] == ["skipped", "skipped"]
+def test_a_gemm_outside_its_bound_is_recorded_wrong(monkeypatch, cpu_target, tiny):
+    monkeypatch.setattr(nvidia, "mm_at", lambda mode, a, b: (a @ b) * 1.01)
+    assert [r.status for r in tf32_effect(cpu_target, tiny)] == ["wrong", "wrong"]
+
+
+def test_tf32_on_an_absent_device_is_skipped(absent, tiny):
+    assert [r.status for r in tf32_effect(absent("nvidia"), tiny)] == ["skipped", "skipped"]
 
 
 def test_fp32_precision_is_restored(monkeypatch):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN_TORCH = {"torch", "triton", "torch-xla"}  # torch_xla pins its own torch (and torch its triton)
-NOT_NEEDED = {"jupyterlab"}  # the XLA venv runs notebooks headless
+NOT_NEEDED = {"jupyterlab", "ruff"}  # the XLA venv runs notebooks headless and does not lint
 
 
 def _pins(name: str) -> dict:

@@ -1,6 +1,4 @@
-
 import pytest
-import torch
 
 from kernel_lib.backends import target as target_mod
 from kernel_lib.backends.target import facts_record, facts_table, find_target, is_lazy

@@ -1,69 +1,159 @@
+import dataclasses
+import types
+
 import matplotlib
 
 matplotlib.use("Agg")
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-from kernel_lib.fp8 import plots  # noqa: E402
-from kernel_lib.fp8.bench import suite  # noqa: E402
+from kernel_lib.fp8 import bench, linear, plots  # noqa: E402
+from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
-from kernel_lib.fp8.training import TrainConfig, training_runs  # noqa: E402
+from kernel_lib.platform import device_facts  # noqa: E402
 from kernel_lib.records import to_frame  # noqa: E402
 
-TINY = dict(fp8_quant_mib=[1], fp8_quant_granularities=["tensorwise", "rowwise"], fp8_min_time_s=0.01,
-            fp8_gemm_sizes=[64], fp8_recipes=["tensorwise_dynamic"], fp8_train_steps=4, fp8_train_batch=4,
-            fp8_model_seq=8, fp8_model_dim=32, fp8_model_ffn=64, fp8_model_layers=1, fp8_seed=0,
-            fp8_train_recipes=["tensorwise_dynamic", "tensorwise_delayed"], fp8_linear_format="e4m3fn",
-            fp8_grad_format="e5m2")
+TINY = dict(
+    fp8_quant_mib=[1],
+    fp8_quant_granularities=["tensorwise", "rowwise"],
+    fp8_min_time_s=0.01,
+    fp8_gemm_sizes=[64],
+    fp8_check_sizes=[32],
+    fp8_recipes=["tensorwise_dynamic"],
+    fp8_train_steps=20,
+    fp8_train_batch=8,
+    fp8_model_seq=16,
+    fp8_train_seeds=2,
+    fp8_train_recipes=["tensorwise_dynamic", "tensorwise_delayed"],
+)
+CONFIG = Fp8BenchConfig.from_params(TINY)
 
 
 @pytest.fixture(scope="module")
 def frame():
-    return to_frame(suite(TINY))
+    return to_frame(bench.suite(TINY))
 
 
-def test_quantize_records_carry_bandwidth_and_fraction_of_copy(frame):
-    quant = frame[frame["case"].str.contains("quantize") & (frame["status"] == "ok")]
-    assert set(quant["implementation"]) == {"quantize", "compiled_quantize"}
-    assert quant["gbps"].notna().all() and quant["fraction_of_peak"].notna().all()
-    assert quant["peak_basis"].str.contains("copy").all()
+def _status(records, implementation):
+    return {r.implementation: r for r in records}[implementation].status
+
+
+def test_quantize_records_carry_bandwidth_fraction_of_copy_and_ratio(frame):
+    quant = frame[(frame["case"] == "quantize") & (frame["status"] == "ok")]
+    assert set(quant["implementation"]) == {
+        "copy",
+        "quantize_tensorwise",
+        "compiled_quantize_tensorwise",
+        "quantize_rowwise",
+        "compiled_quantize_rowwise",
+    }
+    kernels = quant[quant["implementation"] != "copy"]
+    assert (
+        kernels["fraction_of_peak"].notna().all()
+        and kernels["peak_basis"].str.contains("copy").all()
+    )
+    assert kernels["ratio_vs_baseline"].notna().all() and (kernels["baseline"] == "copy").all()
+    assert quant["check.pass"].all()
 
 
 def test_cpu_never_times_fp8_gemms(frame):
     fp8 = frame[(frame["case"] == "linear_forward") & (frame["dtype"] == "float8_e4m3fn")]
-    assert (fp8["status"] == "skipped").all() and fp8["reason"].str.startswith("emulated").all()
-    triton = frame[frame["implementation"] == "fused_quantize"]
-    assert (triton["status"] == "skipped").all()
+    assert len(fp8) == 3 and (fp8["status"] == "skipped").all()
+    assert fp8["reason"].str.startswith("emulated").all()
+    assert (
+        frame[frame["implementation"].str.startswith("fused_quantize")]["status"] == "skipped"
+    ).all()
+
+
+def test_headlines_declared(frame):
+    heads = frame[frame["headline"].notna()].set_index("implementation")
+    assert set(heads.index) == {"fp8_linear_tensorwise_dynamic", "compiled_quantize_tensorwise"}
+    assert heads.loc["fp8_linear_tensorwise_dynamic", "status"] == "skipped"  # says why, on CPU
+    assert heads.loc["compiled_quantize_tensorwise", "fraction_of_peak"] > 0
 
 
 def test_comparators_skip_when_not_installed(frame):
-    comp = frame[frame["implementation"].isin(["torchao_float8_linear", "transformer_engine_linear"])]
+    comp = frame[
+        frame["implementation"].isin(["torchao_float8_linear", "transformer_engine_linear"])
+    ]
     assert len(comp) == 2 and (comp["reason"] == "not installed").all()
 
 
 def test_inference_and_training_records(frame):
     inf = frame[frame["case"] == "inference"].set_index("implementation")
-    assert inf.loc["fp8_model", "metrics.weight_bytes"] < inf.loc["bf16_model", "metrics.weight_bytes"]
-    assert set(frame[frame["case"] == "training"]["implementation"]) == {
-        "bf16", "fp8_tensorwise_dynamic", "fp8_tensorwise_delayed"}
+    assert (
+        inf.loc["fp8_model", "metrics.weight_bytes"]
+        < inf.loc["bf16_model", "metrics.weight_bytes"]
+    )
+    train = frame[frame["case"] == "training"]
+    assert len(train) == 2 * 3 and (train["status"] == "ok").all() and train["check.pass"].all()
 
 
 def test_plots_draw(frame):
     plots.bandwidth_bars(frame)
     plots.bandwidth_bars(frame[frame["case"] == "training"])  # nothing measured: says so
     x = sample_tensor("normal", (64, 64))
-    plots.sqnr_bars(quantization_error_table(x, formats=["e4m3fn", "e5m2"], granularities=["tensorwise", "rowwise"]))
+    plots.sqnr_bars(
+        quantization_error_table(
+            x, formats=["e4m3fn", "e5m2"], granularities=["tensorwise", "rowwise"]
+        )
+    )
     plots.error_histogram(relative_errors(x, formats=["e4m3fn", "e5m2"], granularity="tensorwise"))
-    plots.training_curves(training_runs(TrainConfig(steps=3), recipes=["tensorwise_dynamic"]))
+
+
+def test_e5m2_for_e4m3_makes_every_fp8_linear_path_wrong(monkeypatch):
+    real = bench.dynamic_quantize
+    monkeypatch.setattr(bench, "dynamic_quantize", lambda t, config: real(t, config, fmt="e5m2"))
+    monkeypatch.setattr(
+        linear, "dynamic_quantize", lambda t, config, fmt=None: real(t, config, fmt="e5m2")
+    )
+    records = bench.linear_speed(CONFIG, device_facts())
+    for path in ("scaled_mm", "fp8_inference_linear", "fp8_linear"):
+        assert _status(records, f"{path}_tensorwise_dynamic") == "wrong", path
+
+
+def test_dropped_scale_makes_the_gemm_wrong(monkeypatch):
+    real = bench.scaled_mm
+
+    def unscaled(a, b, *, out_dtype):
+        one = torch.ones((), device=a.data.device)
+        return real(
+            dataclasses.replace(a, scale=one),
+            dataclasses.replace(b, scale=one),
+            out_dtype=out_dtype,
+        )
+
+    monkeypatch.setattr(bench, "scaled_mm", unscaled)
+    records = bench.linear_speed(CONFIG, device_facts())
+    assert _status(records, "scaled_mm_tensorwise_dynamic") == "wrong"
+    assert _status(records, "bf16_linear") == "ok"
+
+
+def test_broken_baseline_is_wrong_and_gives_no_ratio(monkeypatch):
+    monkeypatch.setattr(
+        bench, "F", types.SimpleNamespace(linear=lambda x, w: F.linear(x, w) * 1.02)
+    )
+    assert _status(bench.linear_speed(CONFIG, device_facts()), "bf16_linear") == "wrong"
+
+
+def test_quantiser_in_the_wrong_format_or_copy_dropping_data_is_wrong(monkeypatch):
+    real = bench.quantize
+    monkeypatch.setattr(bench, "quantize", lambda x, *, fmt, **kw: real(x, fmt="e5m2", **kw))
+    records = bench.quantize_bandwidth(CONFIG, device_facts())
+    assert _status(records, "quantize_tensorwise") == "wrong"
+    assert _status(records, "compiled_quantize_tensorwise") == "ok"
 
 
 def test_suite_records_skipped_sections_without_scaled_mm(monkeypatch):
-    from kernel_lib.fp8 import bench, linear
-
     for module in (bench, linear):
         monkeypatch.setattr(module, "fp8_matmul_support", lambda device: "unsupported")
-    frame = to_frame(suite(TINY))
-    fp8 = frame[frame["case"].isin(["linear_forward", "inference", "training"]) & (frame["implementation"] != "bf16_linear")]
+    frame = to_frame(bench.suite(TINY))
+    fp8 = frame[
+        frame["case"].isin(["linear_forward", "inference", "training"])
+        & (frame["implementation"] != "bf16_linear")
+    ]
     assert (fp8["status"] == "skipped").all()
     assert {"inference", "training"} <= set(fp8["case"])
     assert fp8["reason"].str.contains("unsupported|not installed").all()

@@ -6,7 +6,9 @@ from kernel_lib.fp8.linear import Fp8Linear
 
 
 def _model():
-    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 30), nn.Linear(30, 16), nn.Linear(16, 32))
+    return nn.Sequential(
+        nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 30), nn.Linear(30, 16), nn.Linear(16, 32)
+    )
 
 
 def test_converts_what_it_can_and_says_why_not():

@@ -23,7 +23,12 @@ def test_eps_is_the_ulp_at_one(fmt):
 
 
 def test_known_maxima():
-    assert [format_info(f).max for f in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz")] == [448, 57344, 240, 57344]
+    assert [format_info(f).max for f in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz")] == [
+        448,
+        57344,
+        240,
+        57344,
+    ]
     assert fp8_dtype("e5m2") is torch.float8_e5m2
 
 

@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+from kernel_lib.checks import Unsupported
+from kernel_lib.fp8 import quantize_compiled
 from kernel_lib.fp8.formats import FORMATS
 from kernel_lib.fp8.quantize import fp8_grid, quantize
 from kernel_lib.fp8.quantize_compiled import compiled_quantize
@@ -12,7 +14,10 @@ from .conftest import wide_tensor, with_extremes, with_nonfinite
 @pytest.mark.parametrize("gran", ["tensorwise", "rowwise"])
 def test_bit_exact_with_quantize(fmt, gran):
     x = with_nonfinite(with_extremes(wide_tensor((37, 300), seed=2, binades=(-9, 5))))
-    got, ref = compiled_quantize(x, fmt=fmt, granularity=gran), quantize(x, fmt=fmt, granularity=gran, nonfinite="nan")
+    got, ref = (
+        compiled_quantize(x, fmt=fmt, granularity=gran),
+        quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
+    )
     assert torch.equal(got.scale, ref.scale)
     assert torch.equal(got.data.view(torch.uint8), ref.data.view(torch.uint8))
 
@@ -33,8 +38,24 @@ def test_ties_and_near_ties_round_like_torch(fmt):
     both signs; +-max in the tensor makes the scale exactly 1 so these are the values cast."""
     grid = fp8_grid(fmt).float()
     mid = (grid[:-1] + grid[1:]) / 2
-    values = torch.cat([grid, mid, torch.nextafter(mid, torch.tensor(0.0)), torch.nextafter(mid, torch.tensor(1e9))])
+    values = torch.cat(
+        [
+            grid,
+            mid,
+            torch.nextafter(mid, torch.tensor(0.0)),
+            torch.nextafter(mid, torch.tensor(1e9)),
+        ]
+    )
     x = torch.cat([values, -values]).reshape(1, -1)
     got = compiled_quantize(x, fmt=fmt, granularity="rowwise")
     assert got.scale.item() == 1.0
     assert torch.equal(got.data.view(torch.uint8), x.to(got.data.dtype).view(torch.uint8))
+
+
+def test_recompile_limit_becomes_unsupported(monkeypatch):
+    def limit_hit(*args):
+        raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile_limit reached")
+
+    monkeypatch.setattr(quantize_compiled, "_compiled", lambda fmt, gran: limit_hit)
+    with pytest.raises(Unsupported, match="recompile limit"):
+        compiled_quantize(torch.randn(4, 16))

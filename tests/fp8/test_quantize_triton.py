@@ -16,7 +16,9 @@ from kernel_lib.fp8.quantize_triton import fused_quantize  # noqa: E402
 from .conftest import wide_tensor, with_extremes, with_nonfinite  # noqa: E402
 
 # fnuz types have no interpreter support; AMD MI300 runs them (and not the OCP ones).
-FORMATS = ["e4m3fnuz", "e5m2fnuz"] if DEVICE == "cuda" and torch.version.hip else ["e4m3fn", "e5m2"]
+FORMATS = (
+    ["e4m3fnuz", "e5m2fnuz"] if DEVICE == "cuda" and torch.version.hip else ["e4m3fn", "e5m2"]
+)
 
 
 def _same(a, b):
@@ -28,11 +30,18 @@ def _same(a, b):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("shape", [(37, 1500), (3, 5, 17)])
 def test_bit_exact_with_quantize(fmt, gran, dtype, shape):
-    x = with_nonfinite(with_extremes(wide_tensor(shape, seed=5, binades=(-4, 3)))).to(DEVICE, dtype)
-    got, ref = fused_quantize(x, fmt=fmt, granularity=gran), quantize(x, fmt=fmt, granularity=gran, nonfinite="nan")
+    x = with_nonfinite(with_extremes(wide_tensor(shape, seed=5, binades=(-4, 3)))).to(
+        DEVICE, dtype
+    )
+    got, ref = (
+        fused_quantize(x, fmt=fmt, granularity=gran),
+        quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
+    )
     assert torch.equal(got.scale, ref.scale)
     assert torch.equal(got.amax, ref.amax)
-    assert _same(got, ref), f"{(got.data.view(torch.uint8) != ref.data.view(torch.uint8)).sum()} bytes differ"
+    assert _same(got, ref), (
+        f"{(got.data.view(torch.uint8) != ref.data.view(torch.uint8)).sum()} bytes differ"
+    )
 
 
 def test_check_nonfinite_raises_with_the_count():
@@ -43,4 +52,7 @@ def test_check_nonfinite_raises_with_the_count():
 def test_bad_granularity_and_empty_input():
     with pytest.raises(ValueError, match="granularity"):
         fused_quantize(torch.randn(4, 32, device=DEVICE), granularity="blockwise")
-    assert fused_quantize(torch.empty(0, 32, device=DEVICE), granularity="rowwise").data.shape == (0, 32)
+    assert fused_quantize(torch.empty(0, 32, device=DEVICE), granularity="rowwise").data.shape == (
+        0,
+        32,
+    )

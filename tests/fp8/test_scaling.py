@@ -6,9 +6,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_lib.fp8.formats import format_info
-from kernel_lib.fp8.quantize import round_reference
+from kernel_lib.fp8.reference import round_to_format
 from kernel_lib.fp8.scaling import (
-    BLOCK, CastStats, ScalingRecipe, amax, cast_stats, delayed_scale, push_amax, scale_from_amax, scale_shape,
+    BLOCK,
+    CastStats,
+    ScalingRecipe,
+    amax,
+    cast_stats,
+    delayed_scale,
+    push_amax,
+    scale_from_amax,
+    scale_shape,
     scaling_recipe,
 )  # fmt: skip
 
@@ -20,7 +28,7 @@ def _blockwise_amax_loop(x):
     out = torch.empty(rows, cols)
     for i in range(rows):
         for j in range(cols):
-            out[i, j] = x[i * BLOCK:(i + 1) * BLOCK, j * BLOCK:(j + 1) * BLOCK].abs().max()
+            out[i, j] = x[i * BLOCK : (i + 1) * BLOCK, j * BLOCK : (j + 1) * BLOCK].abs().max()
     return out
 
 
@@ -31,7 +39,9 @@ def test_amax_matches_loops(m, k, seed):
     assert amax(x, "tensorwise").item() == x.abs().max().item()
     assert torch.equal(amax(x, "rowwise"), torch.stack([r.abs().max() for r in x]).reshape(m, 1))
     got = amax(x, "blockwise")
-    assert got.shape == scale_shape((m, k), scaling_recipe("tensorwise_dynamic").granularity.BLOCKWISE)
+    assert got.shape == scale_shape(
+        (m, k), scaling_recipe("tensorwise_dynamic").granularity.BLOCKWISE
+    )
     assert torch.equal(got, _blockwise_amax_loop(x))
 
 
@@ -79,7 +89,9 @@ def test_cast_stats_agree_with_the_rounded_result(fmt):
     scale = torch.tensor(info.max / 50.0)  # a stale scale: everything past 50 saturates
     stats = cast_stats(x, scale, fmt)
     scaled = x.float() * scale
-    unclamped = round_reference(scaled.clamp(-2 * info.max, 2 * info.max), fmt)  # reference saturates too
+    unclamped = round_to_format(
+        scaled.clamp(-2 * info.max, 2 * info.max), fmt
+    )  # reference saturates too
     grid_next = info.max + 2.0 ** math.floor(math.log2(info.max)) * info.eps
     beyond = (scaled.abs().double() >= (info.max + grid_next) / 2).sum().item()
     assert stats.saturated == beyond > 0

@@ -1,7 +1,15 @@
-import pytest
+import copy
+import dataclasses
 
+import pytest
+import torch
+
+from kernel_lib import records as rec
+from kernel_lib.moe import bench, dispatch
 from kernel_lib.moe.bench import suite
-from kernel_lib.moe.cases import check_strategies, make_case
+from kernel_lib.moe.cases import check_table, make_case
+from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.seed_style import SeedStyleMoE
 
 PARAMS = dict(
     moe_tokens=[64], moe_hidden=[16], moe_ffn=[32], moe_experts=4, moe_top_k=2,
@@ -9,31 +17,136 @@ PARAMS = dict(
     moe_strategies=["loop", "sorted_grouped", "padded", "triton"], moe_compile=[],
     moe_backward=True, moe_layer_types=["standard", "switch"], moe_imbalance=[0.0, 1.0],
     moe_sweep_tokens=[32, 64], moe_sweep_experts=[2, 4], moe_sweep_top_k=[1, 2],
-    moe_sweep_base_tokens=32, moe_sweep_strategies=["sorted_grouped"], moe_min_time_s=0.0,
+    moe_sweep_base_tokens=32, moe_sweep_strategies=["sorted_grouped"], moe_min_time_s=0.001,
 )  # fmt: skip
+CFG = MoEBenchConfig.from_params(PARAMS)
 
 
-def test_suite_records_fractions_ratios_and_skips(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    records = suite(PARAMS)
-    fwd = {r.implementation: r for r in records if r.case == "forward"}
-    assert fwd["dispatch_sorted_grouped"].fraction_of_peak > 0
-    assert fwd["dispatch_sorted_grouped"].baseline == "seed_style"
-    assert fwd["dispatch_triton"].status == "skipped" and "GPU" in fwd["dispatch_triton"].reason
-    assert fwd["seed_style"].metrics["drop_rate"] > 0
+@pytest.fixture(scope="module")
+def records():
+    return suite(PARAMS)
+
+
+def test_suite_sections_modes_and_unique_ids(records):
     assert {r.case for r in records} >= {
-        "forward_backward",
-        "forward_capacity",
-        "layer_forward",
-        "sweep_top_k",
+        "forward", "forward_backward", "seed_same_dtype", "seed_config", "forward_capacity",
+        "layer_forward", "sweep_tokens", "sweep_experts", "sweep_top_k", "sweep_imbalance",
+    }  # fmt: skip
+    assert {r.mode for r in records} == {"forward", "forward_backward"}
+    rec.stamp(records, run_id="test", platform="test")  # raises on a shared record_id
+
+
+def test_every_timed_record_passed_its_check(records):
+    timed = [r for r in records if r.status == "ok"]
+    assert timed and all(r.check["pass"] for r in timed)
+    assert {r.status for r in records} <= {"ok", "skipped"}
+
+
+def test_strategies_against_dense_with_interval_and_headline(records):
+    fwd = {r.implementation: r for r in records if r.case == "forward"}
+    grouped = fwd["dispatch_sorted_grouped"]
+    assert grouped.baseline == "dense_gemm" and grouped.ratio_low <= grouped.ratio_high
+    assert grouped.fraction_of_peak > 0 and fwd["dense_gemm"].ratio_vs_baseline is None
+    heads = [r for r in records if r.headline and r.case in ("forward", "forward_backward")]
+    assert len(heads) == 2 and all(r.implementation.startswith("dispatch_") for r in heads)
+
+
+def test_seed_style_compared_twice_each_labelled(records):
+    for case in bench.SEED_CASES:
+        recs = {r.implementation: r for r in records if r.case == case}
+        seed = recs["seed_style"]
+        assert seed.dtype == "float32" and seed.metrics["drop_rate"] > 0
+        assert recs["dispatch_loop"].baseline.startswith("seed_style")
+        assert sum(1 for r in recs.values() if r.headline) == 1
+
+
+def test_compile_of_grouped_mm_in_float32_is_skipped_not_raised(cpu_facts):
+    cfg = dataclasses.replace(CFG, compile=("sorted_grouped",), strategies=("loop",))
+    recs = bench.section_throughput(cfg, cpu_facts)
+    compiled = next(r for r in recs if r.implementation == "dispatch_sorted_grouped_compiled")
+    assert compiled.status == "skipped" and "bfloat16 only" in compiled.reason
+
+
+def test_case_too_big_for_memory_is_skipped(cpu_facts):
+    facts = dataclasses.replace(cpu_facts, memory_bytes=1000)
+    recs = bench.section_throughput(CFG, facts) + bench.section_layers(CFG, facts)
+    recs += bench.section_seed(CFG, facts, "seed_config")
+    assert recs and all(r.status == "skipped" and "GiB" in r.reason for r in recs)
+
+
+def _zero_expert_0(experts):
+    """The same experts with expert 0's output weights zeroed (gradients still flow)."""
+    broken = copy.copy(experts)
+    mask = torch.ones(experts.num_experts, 1, 1, dtype=experts.w_out.dtype)
+    mask[0] = 0
+    broken._parameters = {**experts._parameters, "w_out": experts.w_out * mask}
+    return broken
+
+
+def _swap_routing(routing):
+    """Every assignment sent to the next expert (a consistent but wrong routing)."""
+    e = routing.num_experts
+    return routing._replace(expert_idx=(routing.expert_idx + 1) % e, counts=routing.counts.roll(1))
+
+
+BREAKS = {
+    "zero_expert": lambda fn: lambda x, routing, experts: fn(x, routing, _zero_expert_0(experts)),
+    "swap_routing": lambda fn: lambda x, routing, experts: fn(x, _swap_routing(routing), experts),
+}
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("broken", BREAKS)
+def test_broken_strategy_is_wrong_not_timed(monkeypatch, cpu_facts, broken, backward):
+    fn = dispatch.dispatch_sorted_segments
+    monkeypatch.setattr(dispatch, "dispatch_sorted_segments", BREAKS[broken](fn))
+    cfg = dataclasses.replace(CFG, strategies=("loop", "sorted_segments"), compile=())
+    recs = {
+        r.implementation: r for r in bench.section_throughput(cfg, cpu_facts, backward=backward)
     }
+    assert recs["dispatch_sorted_segments"].status == "wrong"
+    assert recs["dispatch_sorted_segments"].median_ms is None
+    assert recs["dispatch_loop"].status == "ok"
 
 
-def test_check_strategies_passes_and_skips_misaligned_grouped():
-    table = check_strategies(
-        make_case(33, 7, 13, 3, 2, dtype="float32"), ["loop", "sorted_grouped", "padded"]
-    )
-    assert table["result"].tolist()[:2] == ["PASS", "skipped"] and "hidden" in table["reason"][1]
+@pytest.mark.parametrize("broken", BREAKS)
+def test_broken_dispatch_inside_a_layer_is_wrong(monkeypatch, cpu_facts, broken):
+    fn = dispatch.dispatch_sorted_grouped
+    monkeypatch.setattr(dispatch, "dispatch_sorted_grouped", BREAKS[broken](fn))
+    recs = bench.section_layers(CFG, cpu_facts)
+    assert {r.status for r in recs} == {"wrong"}
+
+
+def test_broken_dense_pair_fails_its_check():
+    case = make_case(64, 16, 32, 4, 2, dtype="float32")
+    for backward in (False, True):
+        c = bench.dense_candidate(case, backward=backward)
+        out = c.fn()
+        assert c.check(out).passed
+        wrong = tuple(t * 1.01 for t in out) if backward else out * 1.01
+        assert not c.check(wrong).passed
+
+
+def test_seed_style_check_pins_its_drops_and_weights():
+    case = make_case(64, 16, 32, 4, 2, dtype="float32")
+    c = bench.seed_style_candidate(case)
+    assert c.check(c.fn()).passed
+    other_drops = SeedStyleMoE(case.gate, case.experts, seed=1)(case.x).y
+    assert not c.check(other_drops).passed
+    zeroed = SeedStyleMoE(case.gate, _zero_expert_0(case.experts))(case.x).y
+    assert not c.check(zeroed).passed
+
+
+def test_check_table_passes_and_skips_misaligned_grouped():
+    table = check_table(make_case(33, 7, 13, 3, 2, dtype="float32"), ["loop", "sorted_grouped"])
+    assert table["result"].tolist() == ["PASS", "skipped"] and "hidden" in table["reason"][1]
+
+
+def test_check_table_raises_on_a_broken_strategy(monkeypatch):
+    fn = dispatch.dispatch_padded
+    monkeypatch.setattr(dispatch, "dispatch_padded", lambda x, r, e, **kw: fn(x, r, e, **kw) * 0)
+    with pytest.raises(AssertionError, match="padded"):
+        check_table(make_case(33, 16, 32, 3, 2, dtype="float32"), ["loop", "padded"])
 
 
 @pytest.mark.parametrize(
@@ -43,10 +156,3 @@ def test_make_case_bad_input(param, value):
     args = dict(tokens=8, hidden=8, ffn=8, experts=4, top_k=2, dtype="float32")
     with pytest.raises(ValueError, match=param):
         make_case(**{**args, param: value})
-
-
-def test_shape_lists_must_match():
-    from kernel_lib.moe.bench import base_case
-
-    with pytest.raises(ValueError, match="moe_ffn"):
-        base_case({**PARAMS, "moe_ffn": [32, 64]})

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from kernel_lib.moe.dispatch import dispatch_loop
-from kernel_lib.moe.layers import MoEConfig, MoELayer, Strategy
+from kernel_lib.moe.layers import MoEConfig, MoELayer, layer_reference
+from kernel_lib.moe.strategies import STRATEGIES
 
 BASE = dict(hidden=16, ffn=32, num_experts=4, top_k=2)
 
@@ -110,11 +111,18 @@ def test_layer_rejects_wrong_width():
         MoELayer(MoEConfig(**BASE))(torch.zeros(3, 8))
 
 
-def test_strategy_enum_values_are_the_notebook_names():
-    assert [s.value for s in Strategy] == [
-        "loop",
-        "sorted_grouped",
-        "sorted_segments",
-        "padded",
-        "triton",
-    ]
+def test_layer_strategies_come_from_the_one_registry():
+    for name in STRATEGIES:
+        assert MoEConfig(**BASE, strategy=name).strategy == name
+    with pytest.raises(ValueError, match="strategy='sorted_segments' runs feed-forward"):
+        MoEConfig(**BASE, expert="conv", strategy="sorted_segments")
+
+
+@pytest.mark.parametrize("layer_type", ["standard", "switch", "adaptive"])
+def test_layer_reference_is_the_fp64_twin_on_the_layers_routing(layer_type):
+    torch.manual_seed(0)
+    layer = MoELayer(MoEConfig.for_layer_type(layer_type, **BASE, shared_experts=1)).eval()
+    x = torch.randn(37, 16)
+    ref = layer_reference(layer, x)
+    assert ref.dtype == torch.float64
+    torch.testing.assert_close(layer(x).y.double(), ref, rtol=1e-5, atol=1e-5)

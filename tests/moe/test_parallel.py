@@ -20,7 +20,8 @@ def test_two_rank_expert_parallel_equals_single_process():
         procs = [ctx.Process(target=worker, args=(r, f"{tmp}/store", queue)) for r in range(WORLD)]
         for p in procs:
             p.start()
-        results = {rank: (torch.from_numpy(y), torch.from_numpy(g)) for rank, y, g in (queue.get(timeout=120) for _ in procs)}
+        got = (queue.get(timeout=120) for _ in procs)
+        results = {rank: (torch.from_numpy(y), torch.from_numpy(g)) for rank, y, g in got}
         for p in procs:
             p.join(timeout=30)
     assert all(p.exitcode == 0 for p in procs)

@@ -1,0 +1,65 @@
+"""Shared pieces of the topics' typed configurations: the one dtype table, name parsing, and the
+one way a notebook's flat parameters become a frozen config (`from_params`).
+
+A topic's config is a frozen dataclass beside its kernels whose fields are the notebook's
+parameters without the topic prefix (`moe_tokens` -> `MoEBenchConfig.tokens`): one name from YAML to
+record. Its `__post_init__` validates with `require`, naming the notebook parameter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def require(ok: bool, param: str, value, must: str) -> None:
+    """Raise ValueError("param=value must be ...") unless `ok`: one line naming the parameter."""
+    if not ok:
+        raise ValueError(f"{param}={value!r} must be {must}")
+
+
+def parse_choice(value: str, choices, *, param: str) -> str:
+    """`value` if it is one of `choices` (exact match), else ValueError listing them."""
+    require(isinstance(value, str) and value in choices, param, value, f"one of {list(choices)}")
+    return value
+
+
+def parse_dtype(name: str, *, param: str = "dtype", allowed=tuple(DTYPES)) -> torch.dtype:
+    """The torch dtype of a dtype name from the one table (`allowed` narrows it)."""
+    return DTYPES[parse_choice(name, allowed, param=param)]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'bfloat16' for torch.bfloat16: the name records carry."""
+    return str(dtype).removeprefix("torch.")
+
+
+def positive(value, param: str) -> None:
+    """A finite number > 0 (sizes, times, factors)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    require(ok and value > 0, param, value, "a finite number > 0")
+
+
+def positive_list(values, param: str) -> None:
+    """A non-empty list of finite numbers > 0."""
+    require(
+        isinstance(values, (list, tuple)) and len(values) > 0, param, values, "a non-empty list"
+    )
+    for value in values:
+        positive(value, param)
+
+
+def from_params(cls, params: dict, *, prefix: str):
+    """`cls(**{field: params[prefix + field]})` for each init field of the dataclass `cls`;
+    fields the notebook does not pass keep their defaults."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    return cls(**{n: params[prefix + n] for n in names if prefix + n in params})

@@ -1,0 +1,155 @@
+"""Check, then time: the one path from a benchmark case to its records.
+
+A `Candidate` cannot be built without its check, and `compare` calls each candidate once, checks
+that very output against its reference (same shape, dtype and mode as the timing), and times only
+the candidates that passed, all interleaved in one process (`time_interleaved`), so every ratio
+against the baseline comes with an interval from paired rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from kernel_lib import records as rec
+from kernel_lib.checks import Check, Unsupported
+from kernel_lib.platform import DeviceFacts
+from kernel_lib.timing import ratio, time_interleaved
+
+MIN_ROUNDS = 6  # the fewest paired rounds whose order statistics give a 95 % interval (96.9 %)
+
+
+@dataclass(frozen=True)
+class Case:
+    """What is being measured: the part of every record's identity its candidates share."""
+
+    topic: str
+    case: str
+    shape: dict
+    dtype: str | None = None
+    mode: str | None = None  # forward, forward_backward, ... (record_id tells modes apart)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One implementation of a case. `fn()` is the timed call; `check(fn())` compares its result
+    with an independent reference (kernel_lib.checks.against); the first call raising
+    checks.Unsupported (or running out of memory) makes the record `skipped`."""
+
+    implementation: str
+    fn: Callable[[], object]
+    check: Callable[[object], Check]
+    flops: float | None = None
+    bytes: float | None = None
+    dtype: str | None = None  # when it differs from the case's (a baseline in another dtype)
+    metrics: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not callable(self.check):
+            raise TypeError(f"{self.implementation}: a candidate is never timed without its check")
+
+
+def _first_call(candidate: Candidate) -> tuple[Check | None, str | None]:
+    """(check, None), or (None, skip reason) when the path cannot run here."""
+    try:
+        return candidate.check(candidate.fn()), None
+    except Unsupported as why:
+        return None, str(why)
+    except torch.OutOfMemoryError as why:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return None, "out of memory: " + str(why).splitlines()[0][:200]
+
+
+def compare(
+    case: Case,
+    candidates: list[Candidate | rec.Record],
+    *,
+    facts: DeviceFacts,
+    baseline: str | None = None,
+    min_time_s: float = 0.2,
+    rounds: int = 10,
+    warmup: int = 2,
+    progress: str | None = None,
+) -> list[rec.Record]:
+    """Records of every candidate, in order: `wrong` where its check failed, `skipped` where it
+    cannot run, else timed (interleaved with the others). With `baseline` (an implementation
+    name among the candidates), every other ok record gets ratio_vs_baseline = baseline/this
+    with its 95 % interval. Records passed in (already skipped) are kept in place."""
+    if baseline is not None and rounds < MIN_ROUNDS:
+        raise ValueError(
+            f"rounds={rounds}: a ratio needs >= {MIN_ROUNDS} rounds for its 95 % interval"
+        )
+    out: list[rec.Record | None] = []
+    timed: dict[int, Candidate] = {}
+    checks: dict[int, Check] = {}
+    for index, c in enumerate(candidates):
+        if isinstance(c, rec.Record):
+            out.append(c)
+            continue
+        ident = {
+            "facts": facts,
+            "dtype": c.dtype or case.dtype,
+            "shape": case.shape,
+            "mode": case.mode,
+        }
+        check, reason = _first_call(c)
+        if reason is not None:
+            out.append(rec.skipped(case.topic, case.case, c.implementation, reason, **ident))
+        elif not check.passed:
+            out.append(rec.wrong(case.topic, case.case, c.implementation, check, **ident))
+        else:
+            out.append(None)
+            timed[index], checks[index] = c, check
+    timings = {}
+    if timed:
+        timings = time_interleaved(
+            {i: c.fn for i, c in timed.items()},
+            device=facts.device,
+            rounds=rounds,
+            warmup=warmup,
+            min_time_s=min_time_s,
+            progress=progress,
+        )
+    for index, c in timed.items():
+        out[index] = rec.measured(
+            case.topic,
+            case.case,
+            c.implementation,
+            timings[index],
+            facts=facts,
+            dtype=c.dtype or case.dtype,
+            shape=case.shape,
+            mode=case.mode,
+            flops=c.flops,
+            bytes=c.bytes,
+            metrics=c.metrics,
+            check=checks[index],
+        )
+    return with_baseline(out, baseline) if baseline is not None else out
+
+
+def with_baseline(records: list[rec.Record], baseline: str) -> list[rec.Record]:
+    """Records of one `compare` call with ratio_vs_baseline (and its 95 % interval, paired by
+    interleaving round) set against the ok record named `baseline`; unchanged where that one
+    was skipped or wrong."""
+    names = [r.implementation for r in records]
+    if baseline not in names:
+        raise ValueError(f"baseline={baseline!r} is not among the candidates {names}")
+    base = records[names.index(baseline)]
+    if base.status != "ok":
+        return records
+    return [
+        rec.with_ratio(r, base, ratio(base.round_medians_ms, r.round_medians_ms))
+        if r.status == "ok" and r is not base and r.round_medians_ms
+        else r
+        for r in records
+    ]
+
+
+def relabel(records: list[rec.Record], **fields) -> list[rec.Record]:
+    """The same records with `fields` replaced (e.g. a sweep's case name)."""
+    return [dataclasses.replace(r, **fields) for r in records]

@@ -1,0 +1,40 @@
+"""AttentionConfig: the notebook's attn_* parameters, validated with the parameter's name."""
+
+import dataclasses
+
+import pytest
+
+from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.patterns import PATTERNS
+
+
+def test_from_params_strips_the_prefix_and_keeps_defaults():
+    cfg = AttentionConfig.from_params({"attn_seq_len": 512, "attn_patterns": ["causal"], "x": 1})
+    assert cfg.seq_len == 512 and cfg.patterns == ("causal",) and cfg.batch == 1
+    assert cfg.shape(128).seq_len == 128 and cfg.pattern("document").num_docs == cfg.num_docs
+
+
+def test_defaults_cover_every_pattern():
+    assert AttentionConfig().patterns == tuple(PATTERNS)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("batch", 0, "attn_batch=0"),
+    ("head_dim", -1, "attn_head_dim=-1"),
+    ("window", 2048, "attn_window=2048 must be <= attn_seq_len=1024"),
+    ("windows", [32, 4096], "attn_windows"),
+    ("seq_lens", [], "attn_seq_lens"),
+    ("patterns", ["causal", "diagonal"], "attn_patterns='diagonal'"),
+    ("dtype", "float64", "attn_dtype='float64'"),
+    ("block_size", 48, "attn_block_size=48"),
+    ("block_size", 0, "attn_block_size=0"),
+    ("prefix_len", -1, "attn_prefix_len=-1"),
+    ("reps", 0, "attn_reps=0"),
+])  # fmt: skip
+def test_bad_parameters_name_themselves(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(AttentionConfig(), **{field: value})
+
+
+def test_any_head_dim_is_accepted():
+    assert AttentionConfig(head_dim=40).shape().head_dim == 40

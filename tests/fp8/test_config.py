@@ -1,0 +1,32 @@
+import pytest
+
+from kernel_lib.fp8.config import Fp8BenchConfig
+
+
+def test_defaults_and_from_params():
+    config = Fp8BenchConfig.from_params({"fp8_gemm_sizes": [64], "fp8_seed": 3, "other_x": 1})
+    assert config.gemm_sizes == (64,) and config.seeds == [3, 4, 5]
+    assert config.train_config().rows == config.train_batch * config.model_seq
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("gemm_sizes", [100], "fp8_gemm_sizes=100 must be an integer multiple of 16"),
+    ("check_sizes", [0], "fp8_check_sizes=0"),
+    ("gemm_sizes", [], "fp8_gemm_sizes"),
+    ("linear_format", "e3m4", "fp8_linear_format='e3m4' must be one of"),
+    ("grad_format", "float16", "fp8_grad_format"),
+    ("recipes", ["fastest"], "fp8_recipes='fastest'"),
+    ("train_recipes", ["x"], "fp8_train_recipes"),
+    ("granularities", ["colwise"], "fp8_granularities"),
+    ("quant_granularities", ["colwise"], "fp8_quant_granularities"),
+    ("formats", ["fp8"], "fp8_formats"),
+    ("quant_mib", [-1], "fp8_quant_mib"),
+    ("model_dim", 30, "fp8_model_dim=30"),
+    ("train_steps", 0, "fp8_train_steps"),
+    ("train_seeds", 0, "fp8_train_seeds"),
+    ("min_time_s", 0.0, "fp8_min_time_s"),
+    ("seed", -1, "fp8_seed"),
+])  # fmt: skip
+def test_bad_values_name_the_parameter(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        Fp8BenchConfig(**{field: value})

@@ -1,0 +1,49 @@
+import dataclasses
+
+import pytest
+
+from kernel_lib.moe.config import MoEBenchConfig
+
+
+def test_defaults_are_valid_and_frozen():
+    cfg = MoEBenchConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.top_k = 1
+    assert cfg.shapes == [(4096, 512, 2048)]
+
+
+def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
+    cfg = MoEBenchConfig.from_params(
+        {
+            "moe_tokens": [8, 16],
+            "moe_hidden": [16, 32],
+            "moe_ffn": [32, 64],
+            "moe_compile": [],
+            "other": 1,
+        }
+    )
+    assert cfg.tokens == (8, 16) and cfg.compile == () and cfg.shapes[1] == (16, 32, 64)
+    hash(cfg)
+
+
+@pytest.mark.parametrize("param, value", [
+    ("top_k", 9), ("experts", 0), ("tokens", [0]), ("hidden", [16.5]), ("dtype", "int8"),
+    ("dtype", "float64"), ("activation", "tanh"), ("strategies", ["magic"]),
+    ("compile", ["fused"]), ("sweep_strategies", ["x"]), ("layer_types", ["dense"]),
+    ("capacity_factor", 0.0), ("capacity_factor", float("inf")), ("imbalance", [float("nan")]),
+    ("imbalance", []), ("min_time_s", -1.0), ("sweep_top_k", [1, 9]), ("sweep_experts", [1, 4]),
+    ("backward", "yes"), ("sweep_base_tokens", 0),
+])  # fmt: skip
+def test_bad_parameter_is_named(param, value):
+    with pytest.raises(ValueError, match=f"moe_{param}="):
+        MoEBenchConfig(**{param: value})
+
+
+def test_top_k_message_names_both_parameters():
+    with pytest.raises(ValueError, match="moe_top_k=9 must be <= moe_experts=8"):
+        MoEBenchConfig(top_k=9)
+
+
+def test_shape_lists_must_have_equal_length():
+    with pytest.raises(ValueError, match="moe_ffn"):
+        MoEBenchConfig(tokens=(8, 8), hidden=(16, 16), ffn=(32,))

@@ -1,0 +1,47 @@
+import pytest
+import torch
+
+from kernel_lib.moe import dispatch
+from kernel_lib.moe.layers import MoEConfig
+from kernel_lib.moe.strategies import STRATEGIES, dispatch_fn, run_strategy, unavailable
+from tests.moe.conftest import make_experts, random_routing
+
+
+def test_registry_names_are_the_dispatch_functions():
+    for name in STRATEGIES[:-1]:
+        assert dispatch_fn(name) is getattr(dispatch, f"dispatch_{name}")
+
+
+def test_unknown_strategy_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="strategy='magic'.*sorted_grouped"):
+        dispatch_fn("magic")
+    with pytest.raises(ValueError, match="strategy"):
+        MoEConfig(hidden=16, ffn=32, strategy="magic")
+
+
+def test_run_strategy_passes_capacity_to_padded_only():
+    experts, routing = make_experts(3, 16, 32), random_routing(10, 3, 2)
+    x = torch.randn(10, 16)
+    with pytest.raises(ValueError, match="capacity=1"):
+        run_strategy("padded", x, routing, experts, capacity=1)
+    torch.testing.assert_close(
+        run_strategy("loop", x, routing, experts, capacity=1),
+        dispatch.dispatch_loop(x, routing, experts),
+    )
+
+
+def test_compiled_grouped_mm_needs_bfloat16():
+    experts = make_experts(2, 16, 32)
+    x = torch.randn(4, 16)
+    assert unavailable("sorted_grouped", x, experts) is None
+    assert "bfloat16 only" in unavailable("sorted_grouped", x, experts, compiled=True)
+    bf16 = make_experts(2, 16, 32, dtype=torch.bfloat16)
+    assert unavailable("sorted_grouped", x.bfloat16(), bf16, compiled=True) is None
+
+
+def test_misaligned_grouped_mm_and_triton_without_gpu(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter is for tests, never benchmarked
+    experts, x = make_experts(2, 7, 13), torch.randn(4, 7)
+    assert "hidden=7" in unavailable("sorted_grouped", x, experts)
+    if not torch.cuda.is_available():
+        assert "GPU" in unavailable("triton", x, experts)

@@ -1,0 +1,125 @@
+"""Bad input never runs and never destroys: exit 2, one line naming the key, nothing written."""
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernel_lib import __main__ as cli
+from kernel_lib import params
+from kernel_lib.params import ParameterError, load_plan, notebook_parameters
+
+GOOD = "workbook: {notebooks: [backend_cpu, fp8, flex_attention, moe]}\n"
+# (parameter file text or None for parameters/cpu.yaml, extra argv, the text the one line must name)
+CASES = [
+    (None, ["-p", "moe_tokens=[0]"], "moe_tokens"),
+    (None, ["-p", "moe_tokens=[-5]"], "moe_tokens"),
+    (None, ["-p", "moe_hidden=[0]"], "moe_hidden"),
+    (None, ["-p", "moe_ffn=[-1]"], "moe_ffn"),
+    (None, ["-p", "moe_experts=-4"], "moe_experts"),
+    (None, ["-p", "moe_experts=0"], "moe_experts"),
+    (None, ["-p", "moe_top_k=9"], "moe_top_k"),
+    (None, ["-p", "moe_top_k=0"], "moe_top_k"),
+    (None, ["-p", "moe_dtype=float8"], "moe_dtype"),
+    (None, ["-p", "moe_activation=tanhh"], "moe_activation"),
+    (None, ["-p", "moe_strategies=[loop, warp]"], "moe_strategies"),
+    (None, ["-p", "moe_capacity_factor=0"], "moe_capacity_factor"),
+    (None, ["-p", "moe_capacity_factor=.nan"], "moe_capacity_factor"),
+    (None, ["-p", "moe_imbalance=[.nan]"], "moe_imbalance"),
+    (None, ["-p", "moe_min_time_s=-1"], "moe_min_time_s"),
+    (None, ["-p", "moe_tokens=[]"], "moe_tokens"),
+    (None, ["-p", "moe_tokens=[128, 256]"], "moe_tokens"),  # one entry per moe_hidden entry
+    (None, ["-p", "attn_seq_len=0"], "attn_seq_len"),
+    (None, ["-p", "attn_window=4096"], "attn_window"),
+    (None, ["-p", "attn_windows=[8, 99999]"], "attn_windows"),
+    (None, ["-p", "attn_dtype=float64x"], "attn_dtype"),
+    (None, ["-p", "attn_patterns=[causal, nope]"], "attn_patterns"),
+    (None, ["-p", "attn_patterns=[]"], "attn_patterns"),
+    (None, ["-p", "attn_block_size=24"], "attn_block_size"),
+    (None, ["-p", "attn_heads=-2"], "attn_heads"),
+    (None, ["-p", "attn_softcap=.inf"], "attn_softcap"),
+    (None, ["-p", "fp8_gemm_sizes=[17]"], "fp8_gemm_sizes"),
+    (None, ["-p", "fp8_gemm_sizes=[0]"], "fp8_gemm_sizes"),
+    (None, ["-p", "fp8_linear_format=e3m4"], "fp8_linear_format"),
+    (None, ["-p", "fp8_recipes=[magic]"], "fp8_recipes"),
+    (None, ["-p", "fp8_quant_mib=[-1]"], "fp8_quant_mib"),
+    (None, ["-p", "fp8_train_steps=0"], "fp8_train_steps"),
+    (None, ["-p", "gemm_sizes=[-1]"], "gemm_sizes"),
+    (None, ["-p", "gemm_dtypes=[float7]"], "gemm_dtypes"),
+    (None, ["-p", "bandwidth_mib=[0]"], "bandwidth_mib"),
+    (None, ["-p", "min_time_s=0"], "min_time_s"),
+    (None, ["-p", "moe_tokens=12"], "moe_tokens"),  # a scalar where a list is expected
+    (None, ["-p", "moe_experts=[8]"], "moe_experts"),  # a list where a scalar is expected
+    (None, ["-p", "moe_experts=eight"], "moe_experts"),
+    (None, ["-p", "moe_expertz=8"], "moe_expertz"),
+    (None, ["-p", "moe_experts"], "moe_experts"),
+    (None, ["--only", ","], "--only"),
+    (None, ["--only", "moe,nope"], "nope"),
+    (GOOD + "moe_experts: 8\nmoe_experts: 4\n", [], "moe_experts"),
+    ("workbook: {notebooks: []}\n", [], "workbook.notebooks"),
+    ("workbook: {notebooks: [moe, mystery]}\n", [], "mystery"),
+    ("", [], "bad.yaml"),
+    (b"\x00\x01\x02binary", [], "bad.yaml"),
+    (b"moe_experts: \xe9\n", [], "bad.yaml"),
+    (GOOD + "moe_top_k: 99\n", [], "moe_top_k"),
+]
+
+
+@pytest.fixture
+def previous_report(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "moe.results.json").write_text("[]\n")
+    (out / "run.json").write_text("{}\n")
+    return out
+
+
+@pytest.mark.parametrize("text, argv, names", CASES, ids=[" ".join(c[1]) or c[2] for c in CASES])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    text, argv, names, tmp_path, monkeypatch, capsys, previous_report
+):
+    platform = "cpu"
+    if text is not None:
+        (tmp_path / "bad.yaml").write_bytes(text if isinstance(text, bytes) else text.encode())
+        monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path)
+        platform = "bad"
+    before = {p.name: p.read_bytes() for p in previous_report.iterdir()}
+    start = time.perf_counter()
+    code = cli.main(["run", "--platform", platform, "--out", str(previous_report), *argv])
+    elapsed = time.perf_counter() - start
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and names in err, err
+    assert {p.name: p.read_bytes() for p in previous_report.iterdir()} == before
+    assert elapsed < 5, f"{elapsed:.1f} s to refuse"
+
+
+def test_at_least_forty_bad_inputs():
+    assert len(CASES) >= 40
+
+
+KEYS = sorted(
+    {k for nb in ("backend_cpu", "fp8", "flex_attention", "moe") for k in notebook_parameters(nb)}
+)
+SCALARS = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=8),
+    st.none(),
+)
+VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=4))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=st.sampled_from(KEYS), value=VALUES)
+def test_any_value_is_accepted_or_refused_in_one_line_naming_the_key(key, value):
+    """Property: a value of any type or range either makes a valid plan or a ParameterError of one
+    line naming the key; never another exception."""
+    start = time.perf_counter()
+    try:
+        load_plan("cpu", overrides={key: value})
+    except ParameterError as err:
+        assert "\n" not in str(err) and key in str(err), str(err)
+    assert time.perf_counter() - start < 5
