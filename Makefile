@@ -30,7 +30,7 @@ ifneq ($(filter gcp-tpu-% xla-cpu,$(PLATFORM)),)
 report: xla-report
 else
 report: setup
-	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM))
+	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT))
 endif
 
 test: lint
@@ -91,4 +91,4 @@ xla-test: xla-setup
 	PJRT_DEVICE=CPU $(XLA_PY) -m kernel_lib run --platform xla-cpu --out .cache/xla-cpu
 
 xla-report: xla-setup
-	PJRT_DEVICE=$(XLA_PJRT) $(XLA_PY) -m kernel_lib run --platform $(XLA_PLATFORM)
+	PJRT_DEVICE=$(XLA_PJRT) $(XLA_PY) -m kernel_lib run --platform $(XLA_PLATFORM) $(if $(REPEAT),--repeat $(REPEAT))

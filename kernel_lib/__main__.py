@@ -1,6 +1,8 @@
-"""`python -m kernel_lib {run,platforms,bench,check}`: the functions the Makefile calls.
+"""`python -m kernel_lib {run,report,platforms,bench,check,compare,export,params}`: the functions the Makefile
+calls, and the tools that compare and export reports.
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed, 2 bad input (nothing ran).
+`compare`: 0 nothing slower or lost, 1 something slower or lost, 2 bad input.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +25,7 @@ from kernel_lib.params import (
     parse_override,
 )  # fmt: skip
 from kernel_lib.platform import detect_platform, device_facts
+from kernel_lib.records import RESULTS_DIR_ENV
 
 OUTPUTS = ROOT / "outputs"
 # topic -> (module with `suite(params)`, notebook whose parameters it takes; None: the platform's backend_*)
@@ -42,20 +46,54 @@ def _platform(name: str | None) -> str:
         raise ParameterError(str(err)) from None
 
 
-def cmd_run(args) -> int:
-    from kernel_lib.runner import FAILED_STATUSES, run_plan
+def _repeat(value: str) -> int:
+    """--repeat N: an integer >= 1 (a ParameterError, exit 2, otherwise)."""
+    try:
+        repeat = int(value)
+    except ValueError:
+        repeat = 0
+    if repeat < 1 or str(value).strip() != str(repeat):
+        raise ParameterError(f"--repeat must be an integer >= 1, not {value!r}")
+    return repeat
 
+
+def cmd_run(args) -> int:
+    from kernel_lib.runner import FAILED_STATUSES, run_repeated
+
+    repeat = _repeat(args.repeat)
     overrides = dict(parse_override(p) for p in args.param)
     only = (
         [n.strip() for n in args.only.split(",") if n.strip()] if args.only is not None else None
     )
     plan = load_plan(_platform(args.platform), overrides=overrides, only=only)
     out = Path(args.out) if args.out else OUTPUTS / plan.platform
-    results = run_plan(plan, out, progress=not args.no_progress)
+    results = run_repeated(plan, out, repeat, progress=not args.no_progress)
     print(f"report: {out / 'index.html'}")
     for r in results:
-        print(f"  {r.notebook}: {r.status}{': ' + r.detail if r.detail else ''}")
+        run = f" [{r.run_id.split('-', 2)[-1]}]" if repeat > 1 else ""  # ...-<pid>-run-<i>
+        print(f"  {r.notebook}{run}: {r.status}{': ' + r.detail if r.detail else ''}")
     return 1 if any(r.status in FAILED_STATUSES for r in results) else 0
+
+
+def cmd_report(args) -> int:
+    from kernel_lib.gallery import build_gallery, rebuild_reports
+
+    dirs = [Path(d) for d in args.dirs]
+    for d in dirs:
+        if not (d / "run.json").exists():
+            raise ParameterError(f"{d} is not a report folder (no run.json)")
+    if args.gallery:
+        galleries = [Path(args.gallery)]
+    elif not dirs:
+        galleries = [OUTPUTS]
+    else:  # the folders' own outputs/ tree, if they are in one
+        galleries = list(dict.fromkeys(d.resolve().parent for d in dirs))
+        galleries = [g for g in galleries if g.name == "outputs"]
+    for index in rebuild_reports(dirs or None, outputs=OUTPUTS):
+        print(f"report: {index}")
+    for gallery in galleries:
+        print(f"gallery: {build_gallery(gallery)}")
+    return 0
 
 
 def cmd_platforms(args) -> int:
@@ -123,7 +161,24 @@ def cmd_check(args) -> int:
         str(work),
         str(work),
     ]
-    return subprocess.run(command, cwd=work).returncode
+    # the re-executed notebooks save their records into the copy, never into outputs/local/
+    env = {**os.environ, RESULTS_DIR_ENV: str(work)}
+    return subprocess.run(command, cwd=work, env=env).returncode
+
+
+def cmd_export(args) -> int:
+    from kernel_lib.export import cli
+
+    return cli(args)
+
+
+def cmd_params(args) -> int:
+    """Each notebook's parameters: type and default as it declares them, range and meaning from
+    its config class (README's parameter section is `params --markdown`)."""
+    from kernel_lib.params import parameters_doc
+
+    print(parameters_doc(args.notebooks, markdown=args.markdown))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +202,29 @@ def main(argv: list[str] | None = None) -> int:
         help="override a parameter (value read as YAML); repeatable",
     )
     run.add_argument("--no-progress", action="store_true", help="no per-cell progress bar")
+    run.add_argument(
+        "--repeat",
+        default="1",
+        metavar="N",
+        help="run every notebook N times, each in a fresh kernel: OUT/run-1/ ... OUT/run-N/ "
+        "and, in OUT/, the median over the runs and its spread (default 1: OUT/ as one run)",
+    )
     run.set_defaults(func=cmd_run)
+
+    report = sub.add_parser(
+        "report",
+        help="rebuild reports and the gallery from saved records (no notebook is run)",
+    )
+    report.add_argument(
+        "dirs", nargs="*", metavar="DIR", help="report folders (default: every one under outputs/)"
+    )
+    report.add_argument(
+        "--gallery",
+        metavar="DIR",
+        help="write DIR/index.html listing the report folders in DIR (default: outputs/, when "
+        "the folders are under it)",
+    )
+    report.set_defaults(func=cmd_report)
 
     platforms = sub.add_parser(
         "platforms", help="list parameter files and what this machine detects as"
@@ -167,6 +244,28 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--platform", help="report folder under outputs/ (default: detected)")
     check.set_defaults(func=cmd_check)
 
+    # `compare A... -- B...` splits its own arguments at `--` (kernel_lib.compare.parse_args)
+    sub.add_parser(
+        "compare",
+        help="compare report folders A... -- B... (see `compare --help`)",
+        add_help=False,
+    )
+    export = sub.add_parser("export", help="write a report's timings for a benchmark dashboard")
+    export.add_argument("--format", required=True, choices=["pytorch-v3", "bmf"])
+    export.add_argument("dir", help="report folder")
+    export.add_argument("--out", help="file to write (default: stdout)")
+    export.set_defaults(func=cmd_export)
+
+    params = sub.add_parser("params", help="each notebook's parameters, ranges and meaning")
+    params.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
+    params.add_argument("--markdown", action="store_true", help="markdown tables (README)")
+    params.set_defaults(func=cmd_params)
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        from kernel_lib.compare import cli as compare_cli
+
+        return compare_cli(argv[1:])
     args = parser.parse_args(argv)
     try:
         return args.func(args)

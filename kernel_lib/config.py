@@ -3,7 +3,10 @@ one way a notebook's flat parameters become a frozen config (`from_params`).
 
 A topic's config is a frozen dataclass beside its kernels whose fields are the notebook's
 parameters without the topic prefix (`moe_tokens` -> `MoEBenchConfig.tokens`): one name from YAML to
-record. Its `__post_init__` validates with `require`, naming the notebook parameter.
+record. Each field is declared with `param(default, doc)`: the doc says what the parameter means and
+which values `__post_init__` accepts (it validates with `require`, naming the notebook parameter).
+`memory_needs()` estimates the peak bytes each size parameter drives, so a plan too big for this
+machine is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -56,6 +59,40 @@ def positive_list(values, param: str) -> None:
     )
     for value in values:
         positive(value, param)
+
+
+def param(default, doc: str):
+    """A config field with its default and `doc`: the parameter's meaning and allowed range in one
+    short line (what `__post_init__` enforces), shown by `python -m kernel_lib params`."""
+    return dataclasses.field(default=default, metadata={"doc": doc})
+
+
+def describe(cls, prefix: str) -> list[dict]:
+    """One row per init field of the config class `cls`: the notebook parameter's name (`prefix`
+    + field), its default (tuples as lists, as a notebook writes them) and its doc."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append(
+            {
+                "parameter": prefix + f.name,
+                "default": list(default) if isinstance(default, tuple) else default,
+                "doc": f.metadata.get("doc", ""),
+            }
+        )
+    return rows
+
+
+def largest_needs(cases, prefix: str) -> dict[str, float]:
+    """`cases`: (estimated bytes of one case, the field names that set its size); returns each
+    notebook parameter (`prefix` + field) -> the bytes of the largest case it sets."""
+    needs: dict[str, float] = {}
+    for size, names in cases:
+        for name in names:
+            needs[prefix + name] = max(needs.get(prefix + name, 0.0), float(size))
+    return needs
 
 
 def from_params(cls, params: dict, *, prefix: str):

@@ -2,7 +2,8 @@
 
 A file `parameters/<platform>.yaml` is flat, so plain `papermill NB out -f parameters/<platform>.yaml`
 works: a reserved `workbook:` mapping holds runner settings (which notebooks, per-cell timeout), and
-every other key is a parameter of at least one of those notebooks, with a compatible type.
+every other key is a parameter of at least one of those notebooks, with a compatible type (except
+`results_dir`, which only runs by hand take: HAND_RUN_ONLY).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ PARAMETERS_DIR = ROOT / "parameters"
 NOTEBOOKS_DIR = ROOT / "notebooks"
 RESERVED = "workbook"
 WORKBOOK_KEYS = ("notebooks", "cell_timeout_s", "description")
+# Notebook parameters for runs by hand (`papermill ... -p results_dir DIR`), never set by a platform
+# file or the runner's -p: the runner writes every notebook's results into its report folder.
+HAND_RUN_ONLY = ("results_dir",)
 # notebook (or name prefix) -> the config class that gives its parameters their ranges and meaning
 CONFIGS = {
     "moe": "kernel_lib.moe.config:MoEBenchConfig",
@@ -48,7 +52,7 @@ class Plan:
     def parameters_for(self, notebook: str) -> dict:
         """The values this notebook declares (papermill injects only these)."""
         declared = notebook_parameters(notebook, self.notebooks_dir)
-        return {k: v for k, v in self.values.items() if k in declared}
+        return {k: v for k, v in self.values.items() if k in declared and k not in HAND_RUN_ONLY}
 
 
 def list_platforms(directory: Path | None = None) -> list[str]:
@@ -103,6 +107,11 @@ def _check_values(
     values: dict, notebooks: tuple[str, ...], source: str, directory: Path | None
 ) -> None:
     for key, value in values.items():
+        if key in HAND_RUN_ONLY:
+            raise ParameterError(
+                f"{source}: key {key!r} is only for running a notebook by hand with papermill; "
+                "the runner writes results into its report folder (choose it with --out)"
+            )
         declaring = {
             nb: notebook_parameters(nb, directory)[key]["inferred_type_name"]
             for nb in notebooks
@@ -137,10 +146,66 @@ def config_class(notebook: str):
     return getattr(importlib.import_module(module), name)
 
 
+def documented_notebooks(directory: Path | None = None) -> list[str]:
+    """The notebooks whose parameters a config class gives ranges and meaning."""
+    return [nb for nb in list_notebooks(directory) if config_class(nb) is not None]
+
+
+def parameter_rows(notebook: str, directory: Path | None = None) -> list[dict]:
+    """The notebook's parameters as it declares them (papermill's view: name, type, default
+    source), each with its range and meaning from the config class (a parameter without a config
+    field: papermill's help comment)."""
+    from kernel_lib.config import describe
+
+    cls = config_class(notebook)
+    docs = {row["parameter"]: row["doc"] for row in describe(cls, cls.PARAM_PREFIX)}
+    return [
+        {
+            "parameter": name,
+            "type": spec["inferred_type_name"],
+            "default": spec["default"],
+            "range and meaning": docs.get(name) or spec["help"],
+        }
+        for name, spec in notebook_parameters(notebook, directory).items()
+    ]
+
+
+def parameters_doc(
+    notebooks: list[str] | None = None, *, markdown: bool = False, directory: Path | None = None
+) -> str:
+    """One table per notebook (default: every documented one) of `parameter_rows`, as plain
+    text or as markdown (`python -m kernel_lib params [--markdown]`, README's parameter section)."""
+    from tabulate import tabulate
+
+    valid = documented_notebooks(directory)
+    unknown = [nb for nb in notebooks or () if nb not in valid]
+    if unknown:
+        raise ParameterError(f"unknown notebook {unknown[0]!r}: choose from {valid}")
+    blocks = []
+    for notebook in notebooks or valid:
+        cls = config_class(notebook)
+        source = f"{cls.__module__}.{cls.__name__}"
+        rows = parameter_rows(notebook, directory)
+        if markdown:
+            rows = [
+                {**r, "parameter": f"`{r['parameter']}`", "default": f"`{r['default']}`"}
+                for r in rows
+            ]
+            table = tabulate(rows, headers="keys", tablefmt="pipe", disable_numparse=True)
+            blocks.append(f"### `{notebook}.ipynb` ({source})\n\n{table}")
+        else:
+            table = tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
+            blocks.append(f"{notebook}.ipynb ({source})\n{table}")
+    return "\n\n".join(blocks)
+
+
 def _check_meaning(plan: Plan, overrides: dict) -> None:
     """Build every notebook's config from its defaults and the plan's values, before anything
     runs: a value of the right type and the wrong meaning (a negative size, top_k > experts, an
-    unknown dtype) is one line naming where it came from, the key and the allowed range."""
+    unknown dtype) is one line naming where it came from, the key and the allowed range. So is a
+    size whose largest case needs more memory than this machine's device has (`_device_memory`)."""
+    device = cache(lambda: _device_memory(plan, overrides))  # looked up once, only if needed
+    too_big = []  # (bytes, key, value, notebook) of each need over the device's memory
     for notebook in plan.notebooks:
         cls = config_class(notebook)
         if cls is None:
@@ -150,11 +215,53 @@ def _check_meaning(plan: Plan, overrides: dict) -> None:
             **plan.parameters_for(notebook),
         }
         try:
-            cls.from_params(values)
+            config = cls.from_params(values)
         except ValueError as err:
             key = str(err).split("=", 1)[0]
             where = "command line" if key in overrides else plan.source
             raise ParameterError(f"{where}: {err} ({notebook}.ipynb)") from None
+        if device() is not None:
+            memory, needs = device()[0], config.memory_needs().items()
+            too_big += [
+                (v, k, values[k], notebook) for k, v in needs if k in values and v > memory
+            ]
+    if too_big:
+        _refuse_too_big(too_big, device(), plan, overrides)
+
+
+def _device_memory(plan: Plan, overrides: dict) -> tuple[int, str] | None:
+    """(bytes, name) of the device this machine runs the plan's notebooks on, or None: memory
+    unknown, or a file for another device that is only being listed or validated (its platform
+    is not this machine's and nothing was set on the command line)."""
+    from kernel_lib import platform
+
+    facts = platform.device_facts()
+    if not facts.memory_bytes:
+        return None
+    if not overrides:
+        try:
+            here = platform.detect_platform(facts)
+        except ValueError:  # no parameter file matches this device
+            here = None
+        if plan.platform != here:
+            return None
+    return facts.memory_bytes, facts.name
+
+
+def _refuse_too_big(too_big: list, device: tuple[int, str], plan: Plan, overrides: dict):
+    """ParameterError naming one parameter whose largest case needs more than the device's
+    memory: the biggest need among the command line's keys, else the file's, else all."""
+    memory, name = device
+    for given in (overrides, plan.values, None):
+        among = [t for t in too_big if given is None or t[1] in given]
+        if among:
+            need, key, value, notebook = max(among, key=lambda t: t[0])
+            break
+    where = "command line" if key in overrides else plan.source
+    raise ParameterError(
+        f"{where}: {key}={value!r} needs about {need / 2**30:.1f} GiB (largest case), "
+        f"this machine's {name} has {memory / 2**30:.1f} GiB ({notebook}.ipynb)"
+    )
 
 
 def _display(path: Path) -> str:

@@ -5,8 +5,125 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogFormatter
 
 from kernel_lib.platform import DeviceFacts, datasheet_for
+
+# Axis labels: the quantity and its unit, never a raw column name.
+LABELS = {
+    "median_ms": "median time (ms)",
+    "min_ms": "fastest call (ms)",
+    "tflops": "TFLOP/s",
+    "gbps": "GB/s",
+    "fraction_of_peak": "fraction of the measured ceiling",
+    "fraction_of_datasheet": "fraction of the datasheet peak",
+    "ratio_vs_baseline": "speed-up over the baseline (x, > 1 is faster)",
+    "peak_mem_bytes": "peak memory (bytes)",
+    "shape.N": "matrix size n (n x n x n)",
+    "shape.MiB": "size (MiB)",
+    "shape.tokens": "tokens T",
+    "shape.experts": "experts E",
+    "shape.top_k": "experts per token (top-k)",
+    "shape.imbalance": "routing imbalance (logit skew per expert)",
+    "shape.D": "hidden size D",
+    "shape.seq_len": "sequence length S (tokens)",
+    "shape.window": "window (tokens)",
+    "metrics.dense_tflops": "dense-equivalent TFLOP/s",
+    "median_row_sqnr_db": "median per-row SQNR (dB)",
+    "sqnr_db": "SQNR (dB)",
+}
+# Rates are work / median time: their interval follows from the time's p10/p90.
+RATES = ("tflops", "gbps", "metrics.dense_tflops")
+
+
+def axis_label(column: str) -> str:
+    """A readable label with its unit for a records column (`LABELS`), else the bare name."""
+    if column in LABELS:
+        return LABELS[column]
+    return column.split(".", 1)[-1].replace("_", " ")
+
+
+def interval(frame: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series] | None:
+    """(low, high) around `column`: p10/p90 for times, the same spread carried to a rate (work /
+    time), the 95 % interval for a ratio; None where the records have none. Missing ends are the
+    value itself (no whisker)."""
+    value = frame[column]
+    if column == "median_ms" and {"p10_ms", "p90_ms"} <= set(frame):
+        low, high = frame["p10_ms"], frame["p90_ms"]
+    elif column in RATES and {"median_ms", "p10_ms", "p90_ms"} <= set(frame):
+        low = value * frame["median_ms"] / frame["p90_ms"]
+        high = value * frame["median_ms"] / frame["p10_ms"]
+    elif column == "ratio_vs_baseline" and {"ratio_low", "ratio_high"} <= set(frame):
+        low, high = frame["ratio_low"], frame["ratio_high"]
+    else:
+        return None
+    finite = [b.astype(float).replace([np.inf, -np.inf], np.nan) for b in (low, high)]
+    return finite[0].fillna(value), finite[1].fillna(value)
+
+
+def whiskers(frame: pd.DataFrame, column: str) -> np.ndarray | None:
+    """`interval` as matplotlib's asymmetric error array: [[value - low], [high - value]]."""
+    bounds = interval(frame, column)
+    if bounds is None:
+        return None
+    value = frame[column].to_numpy(float)
+    low, high = (b.to_numpy(float) for b in bounds)
+    return np.clip(np.vstack([value - low, high - value]), 0, None)
+
+
+def grouped_bars(
+    frame: pd.DataFrame,
+    *,
+    index: str,
+    columns: str,
+    values: str,
+    horizontal: bool = False,
+    ax=None,
+    **kwargs,
+):
+    """Bars of `values` per `index` (one per `columns` value), with `interval` whiskers."""
+    table = frame.pivot_table(index=index, columns=columns, values=values, sort=False)
+    error = None
+    bounds = interval(frame, values)
+    if bounds is not None:
+        spread = frame.assign(_low=bounds[0], _high=bounds[1])
+        low, high = (
+            spread.pivot_table(index=index, columns=columns, values=v, sort=False).reindex_like(
+                table
+            )
+            for v in ("_low", "_high")
+        )
+        error = np.clip(
+            np.stack([(table - low).T.to_numpy(), (high - table).T.to_numpy()], 1), 0, None
+        )
+    plot = table.plot.barh if horizontal else table.plot.bar
+    ax = plot(
+        ax=ax,
+        **({"xerr" if horizontal else "yerr": error} if error is not None else {}),
+        capsize=2,
+        **kwargs,
+    )
+    return ax, table
+
+
+def place_legend(ax, *, title: str | None = None, outside: bool | None = None, **kwargs):
+    """The legend where it hides no data: outside, right, for bar charts (`outside=True`) and more
+    than four entries; else 'best' inside."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    if outside or (outside is None and len(handles) > 4):
+        kwargs = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), **kwargs}
+    else:
+        kwargs = {"loc": "best", **kwargs}
+    return ax.legend(handles, labels, title=title, fontsize="small", **kwargs)
+
+
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """Tick labels of a log axis as plain numbers (2, 5, 10) instead of 2 x 10^0."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
 
 
 def ok_records(frame: pd.DataFrame) -> pd.DataFrame:
@@ -30,22 +147,31 @@ def sweep(
     title: str = "",
     logx: bool = True,
     logy: bool = False,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
     ax=None,
 ):
-    """One line per `hue` value of `y` against `x` (ok records only); says so when nothing ran."""
+    """One line per `hue` value of `y` against `x` (ok records only), with `interval` whiskers
+    where the records have one; axes labelled by `axis_label`; says so when nothing ran."""
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     data = ok_records(frame)
     if data.empty or x not in data or y not in data:
         return nothing_measured(ax, f"{title}: nothing measured (see skipped records)")
     for key, group in data.sort_values(x).groupby(hue):
-        ax.plot(group[x], group[y], marker="o", label=str(key))
-    ax.set(xlabel=x, ylabel=y, title=title)
+        ax.errorbar(
+            group[x], group[y], yerr=whiskers(group, y), marker="o", capsize=3, label=str(key)
+        )
+    ax.set(xlabel=xlabel or axis_label(x), ylabel=ylabel or axis_label(y), title=title)
     if logx:
         ax.set_xscale("log", base=2)
+        plain_log_ticks(ax, "x")
     if logy:
         ax.set_yscale("log")
+        plain_log_ticks(ax)
+    if y == "ratio_vs_baseline":
+        ax.axhline(1.0, color="k", lw=0.8, ls=":")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    place_legend(ax, title=axis_label(hue) if hue != "implementation" else None)
     return ax
 
 
@@ -89,5 +215,5 @@ def roofline(frame: pd.DataFrame, facts: DeviceFacts, ax=None):
         title=f"Roofline: {facts.name} (measured bandwidth {bw:.0f} GB/s)",
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    place_legend(ax)
     return ax

@@ -24,6 +24,10 @@ STATUSES = ("ok", "skipped", "failed", "wrong")
 RESULTS_SUFFIX = ".results.json"
 # The runner hands each notebook kernel its run's identity through these.
 RUN_ID_ENV, PLATFORM_ENV = "KERNEL_WORKBOOK_RUN_ID", "KERNEL_WORKBOOK_PLATFORM"
+# ... and the folder its results go to (the report being staged): see `resolve_results_dir`.
+RESULTS_DIR_ENV = "KERNEL_WORKBOOK_RESULTS_DIR"
+# Where results go when nothing says otherwise (JupyterLab; papermill without an output path).
+LOCAL_RESULTS_DIR = Path(__file__).resolve().parent.parent / "outputs" / "local"
 _PROCESS_RUN_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
@@ -341,11 +345,46 @@ def to_frame(records: Iterable[Record] | list[dict]) -> pd.DataFrame:
     return pd.json_normalize(rows)
 
 
-def save_records(records: Iterable[Record], name: str, directory: str | Path = ".") -> Path:
+def resolve_results_dir(
+    explicit: str | Path | None = "", output_path: str | Path | None = None
+) -> Path:
+    """The absolute folder a notebook's results go to, never the current directory by default:
+    1. `explicit` (the notebook's `results_dir` parameter) when not empty;
+    2. else the folder of `output_path`: the output notebook that papermill names in
+       PAPERMILL_OUTPUT_PATH with `--inject-output-path` (a relative one is taken from the kernel's
+       working directory: papermill's own unless `--cwd` moved it; '-' and URLs don't count);
+    3. else $KERNEL_WORKBOOK_RESULTS_DIR, which the runner sets to its report folder;
+    4. else `outputs/local/` in the repository (JupyterLab, or papermill without 1 or 2)."""
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    if output_path and str(output_path) != "-" and "://" not in str(output_path):
+        return Path(output_path).expanduser().resolve().parent
+    if env := os.environ.get(RESULTS_DIR_ENV):
+        return Path(env).expanduser().resolve()
+    return LOCAL_RESULTS_DIR
+
+
+def save_notebook_records(records: Iterable[Record], name: str, namespace: dict) -> None:
+    """`save_records` from a notebook, which passes its `globals()`: its `results_dir` parameter
+    and papermill's PAPERMILL_OUTPUT_PATH decide where (`resolve_results_dir`). Prints one line
+    saying where (relative to the working directory when inside it, as in a report)."""
+    directory = resolve_results_dir(
+        namespace.get("results_dir", ""), namespace.get("PAPERMILL_OUTPUT_PATH")
+    )
+    path = save_records(records, name, directory)
+    cwd = Path.cwd().resolve()
+    shown = path.relative_to(cwd) if path.is_relative_to(cwd) else path
+    print(f"results: {shown} and {shown.with_suffix('.csv').name}")
+
+
+def save_records(
+    records: Iterable[Record], name: str, directory: str | Path | None = None
+) -> Path:
     """Stamp the records (`stamp`) and write `<name>.results.json` and `<name>.results.csv` into
-    `directory`; return the JSON path."""
+    `directory` (default: `resolve_results_dir()`, the runner's report folder or outputs/local/);
+    return the JSON path."""
     records = stamp(records)
-    directory = Path(directory)
+    directory = Path(directory) if directory is not None else resolve_results_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}{RESULTS_SUFFIX}"
     path.write_text(json.dumps(to_dicts(records), indent=1) + "\n")

@@ -52,12 +52,17 @@ def headlines(records: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _status_table(run: dict, folder: Path) -> pd.DataFrame:
+def _status_table(run: dict, folder: Path, everything: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per notebook; its records from `everything` (with a `notebook` column), else from
+    its results file."""
     rows = []
     for nb in run["notebooks"]:
         name = nb["notebook"]
         results = folder / f"{name}{RESULTS_SUFFIX}"
-        records = load_records(results) if results.exists() else pd.DataFrame()
+        if everything is not None and "notebook" in everything:
+            records = everything[everything["notebook"] == name]
+        else:
+            records = load_records(results) if results.exists() else pd.DataFrame()
         counts = records["status"].value_counts().to_dict() if not records.empty else {}
         rows.append(
             {
@@ -67,12 +72,40 @@ def _status_table(run: dict, folder: Path) -> pd.DataFrame:
                 + (f" — STALE: {nb['stale_results']}" if nb.get("stale_results") else ""),
                 "wall_s": round(nb["seconds"], 1) if nb["seconds"] is not None else None,
                 "run": f"{nb.get('started_utc', '?')} git {nb.get('git', '?')}",
+                "machine": machine_text(nb.get("machine") or {}),
                 "records": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none",
                 "headlines": "; ".join(headlines(records)) if not records.empty else "",
                 "report": f"{name}.html",
             }
         )
     return pd.DataFrame(rows)
+
+
+def machine_text(machine: dict) -> str:
+    """How busy the machine was over a notebook (run.json's `machine`): 'BUSY: why' when its
+    timings shared the machine, else the 1-min load at its start and end and the CPU steal."""
+    if machine.get("busy"):
+        return f"BUSY: {machine['busy']}"
+    start, end = machine.get("load_start"), machine.get("load_end")
+    if not start or not end:
+        return ""
+    steal = machine.get("steal_fraction")
+    return f"load {start[0]:.2f} → {end[0]:.2f} of {machine.get('cores')} cores" + (
+        f", steal {steal:.1%}" if steal is not None else ""
+    )
+
+
+def busy_flags(run: dict) -> pd.DataFrame:
+    """A Flags row for each notebook measured on a busy machine (all its records)."""
+    rows = [
+        {
+            "record_id": f"every record of {nb['notebook']}",
+            "flag": f"measured on a busy machine: {nb['machine']['busy']}",
+        }
+        for nb in run["notebooks"]
+        if (nb.get("machine") or {}).get("busy")
+    ]
+    return pd.DataFrame(rows, columns=["record_id", "flag"])
 
 
 def flag_table(records: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +121,7 @@ def flag_table(records: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["record_id", "flag"])
 
 
-def _markdown(run: dict, table: pd.DataFrame, flags: pd.DataFrame) -> str:
+def _markdown(run: dict, table: pd.DataFrame, flags: pd.DataFrame, extra: str = "") -> str:
     env = pd.Series(run["environment"], name="value").dropna().to_frame()
     linked = table.assign(
         report=[f"[html]({r}) · [ipynb]({r[:-5]}.ipynb)" for r in table["report"]]
@@ -101,6 +134,7 @@ def _markdown(run: dict, table: pd.DataFrame, flags: pd.DataFrame) -> str:
                 f"parameters `{run['parameters']}`, command `{run['command']}`.",
                 "## Environment\n\n" + env.to_markdown(),
                 "## Notebooks\n\n" + linked.to_markdown(index=False),
+                *([extra] if extra else []),
                 "## Flags\n\n"
                 + (flags.to_markdown(index=False) if len(flags) else "No record was flagged."),
                 "Every figure was measured in this run (median of many reps; see each notebook for p10/p90, "
@@ -111,41 +145,67 @@ def _markdown(run: dict, table: pd.DataFrame, flags: pd.DataFrame) -> str:
     )
 
 
-def _html(run: dict, table: pd.DataFrame, flags: pd.DataFrame) -> str:
-    env = pd.Series(run["environment"], name="value").dropna().to_frame().to_html()
-    cells = table.map(lambda v: html.escape(v) if isinstance(v, str) else v)
-    cells["report"] = [
-        f'<a href="{r}">html</a> · <a href="{r[:-5]}.ipynb">ipynb</a>' for r in cells["report"]
-    ]
-    rows = cells.to_html(index=False, escape=False, na_rep="")
-    flagged = flags.to_html(index=False) if len(flags) else "<p>No record was flagged.</p>"
-    title = f"Workbook report: {html.escape(run['platform'])}"
+# Wide tables scroll sideways in their own box instead of running off the page.
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em} table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+.scroll{overflow-x:auto;max-width:100%} img{max-width:100%}"""
+
+
+def scroll(table_html: str) -> str:
+    """A table (HTML) in a box that scrolls sideways when it is wider than the page."""
+    return f'<div class="scroll">{table_html}</div>'
+
+
+def page(title: str, body: str) -> str:
+    """A standalone HTML page (the report style) with `body` under an <h1> title."""
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:80em}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}</style></head>
+<style>{STYLE}</style></head>
 <body><h1>{title}</h1>
-<p>Run {html.escape(run["started_utc"])} → {html.escape(run["finished_utc"])} (UTC), git
-<code>{html.escape(run["git"])}</code>, parameters <code>{html.escape(run["parameters"])}</code>,
-command <code>{html.escape(run["command"])}</code>.</p>
-<h2>Notebooks</h2>{rows}
-<h2>Flags</h2>{flagged}
-<h2>Environment</h2>{env}
-<p>Every figure was measured in this run (median of many reps; each notebook shows p10/p90, method and
-shape). All records: <a href="results.csv">results.csv</a>.</p>
+{body}
 </body></html>
 """
 
 
+def _html(run: dict, table: pd.DataFrame, flags: pd.DataFrame, extra: str = "") -> str:
+    env = scroll(pd.Series(run["environment"], name="value").dropna().to_frame().to_html())
+    cells = table.map(lambda v: html.escape(v) if isinstance(v, str) else v)
+    cells["report"] = [
+        f'<a href="{r}">html</a> · <a href="{r[:-5]}.ipynb">ipynb</a>' for r in cells["report"]
+    ]
+    rows = scroll(cells.to_html(index=False, escape=False, na_rep=""))
+    flagged = scroll(flags.to_html(index=False)) if len(flags) else "<p>No record was flagged.</p>"
+    title = f"Workbook report: {html.escape(run['platform'])}"
+    return page(
+        title,
+        f"""<p>Run {html.escape(run["started_utc"])} → {html.escape(run["finished_utc"])} (UTC), git
+<code>{html.escape(run["git"])}</code>, parameters <code>{html.escape(run["parameters"])}</code>,
+command <code>{html.escape(run["command"])}</code>.</p>
+<h2>Notebooks</h2>{rows}
+{extra}
+<h2>Flags</h2>{flagged}
+<h2>Environment</h2>{env}
+<p>Every figure was measured in this run (median of many reps; each notebook shows p10/p90, method and
+shape). All records: <a href="results.csv">results.csv</a>.</p>""",
+    )
+
+
 def build_report(folder: str | Path) -> Path:
     """Write index.html, SUMMARY.md and results.csv into a report folder; return index.html."""
+    from kernel_lib.gallery import platform_sections, report_records
+
     folder = Path(folder)
     run = json.loads((folder / "run.json").read_text())
-    table = _status_table(run, folder)
-    records = load_records(folder)
+    if run.get("repeat", 1) > 1:  # run --repeat N: the aggregate of run-1/ ... run-N/
+        from kernel_lib.aggregate import build_aggregate_report
+
+        return build_aggregate_report(folder, run)
+    records = report_records(folder)  # every notebook's records, with a `notebook` column
+    table = _status_table(run, folder, records)
     records.to_csv(folder / "results.csv", index=False)
-    flags = flag_table(records)
-    (folder / "SUMMARY.md").write_text(_markdown(run, table, flags))
+    flags = pd.concat([flag_table(records), busy_flags(run)], ignore_index=True)
+    sections_html, sections_md = platform_sections(records, run["platform"])
+    (folder / "SUMMARY.md").write_text(_markdown(run, table, flags, sections_md))
     index = folder / "index.html"
-    index.write_text(_html(run, table, flags))
+    index.write_text(_html(run, table, flags, sections_html))
     return index

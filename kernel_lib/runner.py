@@ -7,10 +7,12 @@ sibling folder and swapped in at the end, so an interrupted run leaves the previ
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,9 +25,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
+from kernel_lib.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
 from kernel_lib.params import ROOT, Plan
 from kernel_lib.platform import device_facts
-from kernel_lib.records import PLATFORM_ENV, RESULTS_SUFFIX, RUN_ID_ENV
+from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RUN_ID_ENV
 
 KERNEL_NAME = "kernel-workbook"
 RUN_FILE = "run.json"
@@ -42,6 +45,69 @@ class NotebookResult:
     git: str = ""
     started_utc: str = ""
     stale_results: str = ""  # it failed, and the report still shows an earlier run's results
+    machine: dict = dataclasses.field(default_factory=dict)  # how busy it was: `machine_load`
+
+
+# A notebook measured while the 1-min load exceeded the core count, or while the hypervisor took
+# this share of the CPU time (steal), is flagged: its timings shared the machine.
+BUSY_STEAL_FRACTION = 0.05
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(steal, total) CPU time from the first line of /proc/stat; None where there is none."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already counted in user]
+    values = [int(v) for v in fields[1:9]]
+    return (values[7] if len(values) > 7 else 0), sum(values)
+
+
+def machine_sample() -> dict:
+    """The load averages and CPU counters now (before or after a notebook)."""
+    try:
+        load = [round(v, 2) for v in os.getloadavg()]
+    except OSError:  # not available on this OS
+        load = None
+    return {"loadavg": load, "jiffies": _cpu_jiffies()}
+
+
+def busy_reason(machine: dict) -> str:
+    """Why a notebook's timings shared a busy machine ('' when they did not)."""
+    cores, reasons = machine.get("cores") or 1, []
+    loads = {
+        when: machine.get(f"load_{when}")
+        for when in ("start", "end")
+        if machine.get(f"load_{when}")
+    }
+    high = {when: load[0] for when, load in loads.items() if load[0] > cores}
+    if high:
+        at = ", ".join(f"{v:.2f} at its {when}" for when, v in high.items())
+        reasons.append(f"1-min load {at} > {cores} cores")
+    steal = machine.get("steal_fraction")
+    if steal is not None and steal > BUSY_STEAL_FRACTION:
+        reasons.append(f"CPU steal {steal:.0%} of its time")
+    return "; ".join(reasons)
+
+
+def machine_load(start: dict, end: dict) -> dict:
+    """How busy the machine was over one notebook: the load averages (1, 5, 15 min) at its start
+    and end, the share of CPU time stolen by the hypervisor over it (Linux), the core count, and
+    `busy`, the reason to distrust its timings ('' if none)."""
+    steal = None
+    if start.get("jiffies") and end.get("jiffies"):
+        total = end["jiffies"][1] - start["jiffies"][1]
+        steal = round((end["jiffies"][0] - start["jiffies"][0]) / total, 4) if total > 0 else 0.0
+    machine = {
+        "cores": os.cpu_count(),
+        "load_start": start.get("loadavg"),
+        "load_end": end.get("loadavg"),
+        "steal_fraction": steal,
+    }
+    return {**machine, "busy": busy_reason(machine)}
 
 
 def _first_error(nb) -> str | None:
@@ -118,9 +184,41 @@ def execute(
     return NotebookResult(notebook.stem, status, detail, _duration(nb) if nb is not None else None)
 
 
+# A tqdm bar ("desc:  40%|████      | 6/15 [00:01<00:01,  4.94it/s]", or "12it [00:03, 3.9it/s]")
+# and the terminal escapes tqdm writes between bars (cursor up, erase line).
+_BAR = re.compile(r"\d{1,3}%\|.*\|\s*\S+/\S+\s*\[|\d+(\.\d+)?[kMG]?it \[\d+:\d\d")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _progress_residue(line: str) -> bool:
+    """A stderr line that is a progress bar (its last carriage-returned state), or nothing at all."""
+    shown = _ANSI.sub("", line.rsplit("\r", 1)[-1])
+    return not shown.strip() or bool(_BAR.search(shown))
+
+
+def without_progress_bars(nb):
+    """`nb` with tqdm progress bars removed from its stderr streams (other stderr lines, such as
+    warnings, stay; an output left blank goes). The .ipynb keeps them: this is for the HTML."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        outputs = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                kept = [line for line in output["text"].split("\n") if not _progress_residue(line)]
+                if not kept:
+                    continue
+                output["text"] = "\n".join(kept) + "\n"
+            outputs.append(output)
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    return nb
+
+
 def to_html(notebook: Path) -> Path:
-    """The executed notebook as standalone HTML with images embedded."""
-    body, _ = HTMLExporter(embed_images=True).from_filename(str(notebook))
+    """The executed notebook as standalone HTML with images embedded, without progress bars."""
+    nb = without_progress_bars(nbformat.read(notebook, as_version=4))
+    resources = {"metadata": {"name": notebook.stem, "path": str(notebook.parent)}}
+    body, _ = HTMLExporter(embed_images=True).from_notebook_node(nb, resources=resources)
     target = notebook.with_suffix(".html")
     target.write_text(body)
     return target
@@ -179,12 +277,16 @@ def _clean_after_killed_runs(out_dir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _stage(out_dir: Path) -> Path:
-    """A fresh staging folder, starting as a copy of the last report (its results are kept until
-    a notebook's new ones replace them)."""
+def _stage(out_dir: Path, repeat: int = 1) -> Path:
+    """A fresh staging folder, starting as a copy of the last report when it has the same layout
+    (one run, or `run-*/` folders): its results are kept until a notebook's new ones replace them."""
     staging = out_dir.parent / f".staging-{out_dir.name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    if out_dir.exists() and (out_dir / RUN_FILE).exists():
+    if (
+        out_dir.exists()
+        and (out_dir / RUN_FILE).exists()
+        and (repeat_of(out_dir) > 1) == (repeat > 1)
+    ):
         shutil.copytree(out_dir, staging)
     else:
         staging.mkdir(parents=True)
@@ -229,9 +331,15 @@ def _swap_in(staging: Path, out_dir: Path) -> None:
 
 
 def run_plan(
-    plan: Plan, out_dir: Path, *, kernel_name: str = KERNEL_NAME, progress: bool = True
+    plan: Plan,
+    out_dir: Path,
+    *,
+    kernel_name: str = KERNEL_NAME,
+    progress: bool = True,
+    run_suffix: str = "",
 ) -> list[NotebookResult]:
-    """Run every notebook of `plan` into `out_dir` and build its report; failures don't stop the run."""
+    """Run every notebook of `plan` into `out_dir` and build its report; failures don't stop the run.
+    `run_suffix` ends the run id (the runs of `run_repeated` say which they are)."""
     from kernel_lib.report import build_report
 
     out_dir = Path(out_dir).resolve()
@@ -244,16 +352,21 @@ def run_plan(
     earlier = {r["notebook"]: r for r in previous.get("notebooks", [])}
     started = dt.datetime.now(dt.timezone.utc)
     git = _git_revision()
-    run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}"
+    run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
     identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
-    saved_env = {k: os.environ.get(k) for k in (RUN_ID_ENV, PLATFORM_ENV)}
-    os.environ.update({RUN_ID_ENV: run_id, PLATFORM_ENV: plan.platform})  # read by save_records
+    saved_env = {k: os.environ.get(k) for k in (RUN_ID_ENV, PLATFORM_ENV, RESULTS_DIR_ENV)}
+    # read by save_records: results go into the report being staged (a notebook's own
+    # `results_dir` parameter is for runs by hand: load_plan refuses it)
+    os.environ.update(
+        {RUN_ID_ENV: run_id, PLATFORM_ENV: plan.platform, RESULTS_DIR_ENV: str(staging)}
+    )
     results = []
     try:
         for index, name in enumerate(plan.notebooks, 1):
             print(f"[{index}/{len(plan.notebooks)}] {name}", file=sys.stderr, flush=True)
             output = staging / f"{name}.ipynb"
             aside = _set_aside(staging, name)
+            sample = machine_sample()
             result = execute(
                 plan.notebooks_dir / f"{name}.ipynb",
                 output,
@@ -262,9 +375,10 @@ def run_plan(
                 kernel_name=kernel_name,
                 progress=progress,
             )
+            machine = machine_load(sample, machine_sample())
             if output.exists():
                 to_html(output)
-            result = dataclasses.replace(result, **identity)
+            result = dataclasses.replace(result, **identity, machine=machine)
             if _keep_or_replace(staging, name, aside, result) and name in earlier:
                 before = earlier[name]
                 result = dataclasses.replace(
@@ -304,4 +418,76 @@ def run_plan(
         for key, value in saved_env.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
     _swap_in(staging, out_dir)
+    _rebuild_gallery(out_dir)
     return results
+
+
+def run_repeated(
+    plan: Plan,
+    out_dir: Path,
+    repeat: int,
+    *,
+    kernel_name: str = KERNEL_NAME,
+    progress: bool = True,
+) -> list[NotebookResult]:
+    """`repeat` runs of the whole plan, one after another (each notebook in a fresh kernel every
+    time), as full reports `out_dir/run-1/` ... `run-<repeat>/`; `out_dir` gets the aggregate
+    (kernel_lib.aggregate: the median of the runs' medians and their spread). repeat == 1 is
+    `run_plan` into `out_dir` itself. Staged and swapped in as a whole, like one run."""
+    from kernel_lib.report import build_report
+
+    if repeat == 1:
+        return run_plan(plan, out_dir, kernel_name=kernel_name, progress=progress)
+    out_dir = Path(out_dir).resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _clean_after_killed_runs(out_dir)
+    staging = _stage(out_dir, repeat)
+    started = dt.datetime.now(dt.timezone.utc)
+    results = []
+    try:
+        for index in range(1, repeat + 1):
+            print(f"run {index}/{repeat}", file=sys.stderr, flush=True)
+            results += run_plan(
+                plan,
+                staging / f"{RUN_PREFIX}{index}",
+                kernel_name=kernel_name,
+                progress=progress,
+                run_suffix=f"-{RUN_PREFIX}{index}",
+            )
+        for extra in run_folders(staging)[repeat:]:  # an earlier report had more runs
+            shutil.rmtree(extra)
+        write_aggregate_run(
+            staging,
+            {
+                "platform": plan.platform,
+                "parameters": plan.source,
+                "description": plan.description,
+                "started_utc": started.isoformat(timespec="seconds"),
+                "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "run_id": f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}",
+                "git": _git_revision(),
+                "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
+                "environment": device_facts().as_dict(),
+                "repeat": repeat,
+            },
+        )
+        build_report(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _swap_in(staging, out_dir)
+    _rebuild_gallery(out_dir)
+    return results
+
+
+def _rebuild_gallery(out_dir: Path) -> None:
+    """Refresh the gallery (`outputs/index.html`) when the report is one of the folders of an
+    `outputs/` tree; a gallery that cannot be built never fails the run."""
+    if out_dir.parent.name != "outputs":
+        return
+    from kernel_lib.gallery import build_gallery
+
+    try:
+        build_gallery(out_dir.parent)
+    except Exception as err:  # noqa: BLE001 - the run's own report is already in place
+        print(f"gallery not rebuilt: {type(err).__name__}: {err}", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ import torch
 from kernel_lib import records as rec
 from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts
+from kernel_lib.timing import ratio
 
 CACHE_ENV = "KERNEL_WORKBOOK_VARIANT_CACHE"  # a folder; default .cache/variants in the repository
 
@@ -76,12 +77,10 @@ def tune(
     min_time_s: float = 0.2,
     rounds: int = 10,
     progress: str | None = None,
+    among: tuple[str, ...] | None = None,
+    comparator: str | None = None,
 ) -> tuple[str | None, list[rec.Record]]:
-    """(chosen implementation, the candidates' records side by side). All candidates are checked
-    and timed interleaved in this run (the records a notebook shows); the choice is the cached
-    one where it is still among the ok records, else the fastest ok record, which is cached.
-    Every record names the choice in `variant` (None when no candidate ran) and
-    metrics.variant_source says whether it was cached or measured now."""
+    """(chosen implementation, the candidates' records side by side): `compare`, then `choose`."""
     records = compare(
         case,
         candidates,
@@ -91,7 +90,26 @@ def tune(
         rounds=rounds,
         progress=progress,
     )
-    ok = {r.implementation: r for r in records if r.status == "ok"}
+    eligible = among or tuple(r.implementation for r in records if r.implementation != baseline)
+    return choose(kernel, case, records, facts=facts, among=eligible, comparator=comparator)
+
+
+def choose(
+    kernel: str,
+    case: Case,
+    records: list[rec.Record],
+    *,
+    facts: DeviceFacts,
+    among: tuple[str, ...],
+    comparator: str | None = None,
+) -> tuple[str | None, list[rec.Record]]:
+    """The variant of `kernel` to use, among the implementations `among` checked and timed
+    interleaved in `records` (one `compare`): the one cached for this machine where it is still
+    ok, else the fastest ok one, which is cached. The records of `among` name the choice in
+    `variant` (None when none ran) and metrics.variant_source says "cached" or "measured". A
+    tuned variant slower than the plain `comparator` (the whole 95 % interval of their ratio
+    beyond 1) is flagged: its tuning does not pay on this machine."""
+    ok = {r.implementation: r for r in records if r.status == "ok" and r.implementation in among}
     choice = cached_choice(kernel, case, facts)
     source = "cached"
     if choice not in ok:
@@ -99,7 +117,21 @@ def tune(
         source = "measured"
         if choice is not None:
             _store(kernel, case, facts, choice)
-    return choice, [
-        dataclasses.replace(r, variant=choice, metrics={**r.metrics, "variant_source": source})
-        for r in records
-    ]
+    plain = ok.get(comparator)
+
+    def mark(r: rec.Record) -> rec.Record:
+        if r.implementation not in among:
+            return r
+        flags = r.flags
+        if plain is not None and r.implementation in ok and r is not plain:
+            speedup = ratio(r.round_medians_ms, plain.round_medians_ms)
+            if speedup.low > 1:
+                flags += (
+                    f"tuned {r.implementation} is slower than its plain comparator "
+                    f"{comparator} here: {speedup.value:.2f}x [{speedup.low:.2f}, "
+                    f"{speedup.high:.2f}]",
+                )
+        metrics = {**r.metrics, "variant_source": source}
+        return dataclasses.replace(r, variant=choice, metrics=metrics, flags=flags)
+
+    return choice, [mark(r) for r in records]

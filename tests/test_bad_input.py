@@ -1,5 +1,6 @@
 """Bad input never runs and never destroys: exit 2, one line naming the key, nothing written."""
 
+import re
 import time
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from kernel_lib import __main__ as cli
 from kernel_lib import params
 from kernel_lib.params import ParameterError, load_plan, notebook_parameters
+from kernel_lib.platform import DeviceFacts, device_facts
 
 GOOD = "workbook: {notebooks: [backend_cpu, fp8, flex_attention, moe]}\n"
 # (parameter file text or None for parameters/cpu.yaml, extra argv, the text the one line must name)
@@ -64,6 +66,14 @@ CASES = [
     (b"moe_experts: \xe9\n", [], "bad.yaml"),
     (GOOD + "moe_top_k: 99\n", [], "moe_top_k"),
 ]
+# Sizes whose largest case needs more memory than any device has: refused before anything runs.
+TOO_BIG = [
+    (None, ["-p", "moe_tokens=[1000000000]"], "moe_tokens"),
+    (None, ["-p", "attn_seq_len=10000000"], "attn_seq_len"),
+    (None, ["-p", "fp8_quant_mib=[100000000]"], "fp8_quant_mib"),
+    (None, ["-p", "gemm_sizes=[10000000]"], "gemm_sizes"),
+]
+CASES += TOO_BIG
 
 
 @pytest.fixture
@@ -79,6 +89,8 @@ def previous_report(tmp_path):
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     text, argv, names, tmp_path, monkeypatch, capsys, previous_report
 ):
+    if (text, argv, names) in TOO_BIG and device_facts().memory_bytes is None:
+        pytest.skip("this device does not report its memory: no memory check")
     platform = "cpu"
     if text is not None:
         (tmp_path / "bad.yaml").write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -93,6 +105,42 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     assert err.count("\n") == 1 and err.startswith("error: ") and names in err, err
     assert {p.name: p.read_bytes() for p in previous_report.iterdir()} == before
     assert elapsed < 5, f"{elapsed:.1f} s to refuse"
+
+
+def test_too_big_names_the_need_and_this_devices_memory(capsys):
+    assert cli.main(["run", "--platform", "cpu", "-p", "moe_tokens=[1000000000]"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(
+        r"error: command line: moe_tokens=\[1000000000\] needs about [\d.]+ GiB \(largest case\), "
+        r"this machine's .+ has [\d.]+ GiB \(moe\.ipynb\)\n",
+        err,
+    ), err
+
+
+def _tiny_device(monkeypatch, memory_bytes=2**30, backend="cpu"):
+    facts = DeviceFacts(backend=backend, device=backend, name="Tiny", memory_bytes=memory_bytes)
+    monkeypatch.setattr("kernel_lib.platform.device_facts", lambda *a, **k: facts)
+
+
+def test_a_file_too_big_for_this_machine_is_refused_naming_its_key(tmp_path, monkeypatch):
+    (tmp_path / "cpu.yaml").write_text(GOOD + "attn_seq_lens: [256, 65536]\n")
+    monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path)
+    _tiny_device(monkeypatch, memory_bytes=4 * 2**30)
+    with pytest.raises(ParameterError) as err:
+        load_plan("cpu")
+    assert "cpu.yaml: attn_seq_lens=[256, 65536] needs about" in str(err.value)
+    assert str(err.value).endswith("this machine's Tiny has 4.0 GiB (flex_attention.ipynb)")
+
+
+def test_the_memory_check_is_for_plans_that_run_here(monkeypatch):
+    _tiny_device(monkeypatch)  # 1 GiB: the CPU defaults (moe about 1.6 GiB) do not fit
+    with pytest.raises(ParameterError, match=r"parameters/cpu\.yaml: moe_\w+=.* \(moe\.ipynb\)"):
+        load_plan("cpu")
+    assert load_plan("h100").notebooks  # another device's file: listed and validated, not sized
+    with pytest.raises(ParameterError, match="command line: moe_tokens"):
+        load_plan("h100", overrides={"moe_tokens": [4096, 4096, 8192]})  # a run here: sized
+    _tiny_device(monkeypatch, memory_bytes=None)
+    assert load_plan("cpu", overrides={"moe_tokens": [10**9]}).notebooks  # memory unknown
 
 
 def test_at_least_forty_bad_inputs():

@@ -6,10 +6,15 @@ from pathlib import Path
 import pytest
 
 from kernel_lib.params import ROOT
-from kernel_lib.records import RESULTS_SUFFIX
+from kernel_lib.records import LOCAL_RESULTS_DIR, RESULTS_SUFFIX
 
-# Report folders with saved records (outputs/reference/ keeps only its notebooks in git).
-REPORTS = sorted(p for p in (ROOT / "outputs").iterdir() if any(p.glob(f"*{RESULTS_SUFFIX}")))
+# Report folders with saved records (outputs/reference/ keeps only its notebooks in git; the
+# git-ignored outputs/local/ holds runs by hand, no report).
+REPORTS = sorted(
+    p
+    for p in (ROOT / "outputs").iterdir()
+    if p != LOCAL_RESULTS_DIR and any(p.glob(f"*{RESULTS_SUFFIX}"))
+)
 FILES = [f for report in REPORTS for f in sorted(report.glob(f"*{RESULTS_SUFFIX}"))]
 
 

@@ -1,9 +1,13 @@
 """Failure isolation: one notebook per outcome, all in one run, each classified; reports survive."""
 
+import io
 import json
 import os
 
+import nbformat
+import pandas as pd
 import pytest
+from tqdm import tqdm
 
 from kernel_lib import runner
 from kernel_lib.params import load_plan
@@ -56,7 +60,7 @@ def test_parameters_were_injected_with_the_working_dir_set(report):
     _, out, _ = report
     nb = json.loads((out / "good.ipynb").read_text())
     assert nb["metadata"]["papermill"]["parameters"] == {"n": 21}
-    assert (out / "good.results.json").exists()  # written by the notebook into its cwd
+    assert (out / "good.results.json").exists()  # the runner hands the notebook its report folder
 
 
 def test_only_replaces_one_notebook_and_keeps_the_rest(report):
@@ -136,3 +140,115 @@ def test_a_killed_run_leaves_no_staging_behind(tmp_path):
     previous.mkdir()
     runner._clean_after_killed_runs(out)
     assert out.exists() and not previous.exists()
+
+
+TIMED = """import os, random
+from kernel_lib.platform import device_facts
+from kernel_lib.records import measured, save_records
+from kernel_lib.timing import Timing
+ms = random.uniform(1.0, 2.0)
+t = Timing(ms, ms * 0.9, ms * 1.1, ms * 0.8, 5, "made up", None)
+save_records([measured("t", "c", "i", t, facts=device_facts())], "timed")
+print("kernel pid", os.getpid())"""
+
+
+def _one_notebook(tmp_path, write_notebook, source: str):
+    nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
+    nbs.mkdir(), prm.mkdir()
+    write_notebook(nbs / "timed.ipynb", source)
+    (prm / "p.yaml").write_text("workbook: {notebooks: [timed]}\n")
+    return load_plan("p", parameters_dir=prm, notebooks_dir=nbs)
+
+
+def _kernel_pid(path) -> str:
+    nb = json.loads(path.read_text())
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    return text.split("kernel pid")[-1].strip()
+
+
+def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, write_notebook):
+    plan = _one_notebook(tmp_path, write_notebook, TIMED)
+    out = tmp_path / "outputs" / "p"
+    results = runner.run_repeated(plan, out, 2, progress=False)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert results[0].run_id.endswith("-run-1") and results[1].run_id.endswith("-run-2")
+    runs = [out / "run-1", out / "run-2"]
+    for run in runs:  # each run is a full report folder
+        for name in ("timed.ipynb", "timed.html", "timed.results.json", "index.html", "run.json"):
+            assert (run / name).exists(), run / name
+    assert _kernel_pid(runs[0] / "timed.ipynb") != _kernel_pid(runs[1] / "timed.ipynb")
+    run = json.loads((out / "run.json").read_text())
+    assert run["repeat"] == 2 and [r["folder"] for r in run["runs"]] == ["run-1", "run-2"]
+    medians = [json.loads((r / "timed.results.json").read_text())[0]["median_ms"] for r in runs]
+    (row,) = pd.read_csv(out / "results.csv").to_dict("records")
+    assert row["median_ms"] == pytest.approx(sum(medians) / 2)  # the median of two
+    assert (row["median_ms_min"], row["median_ms_max"]) == pytest.approx(sorted(medians))
+    assert row["run_ids"] == " ".join(f"run-{i + 1}:{r.run_id}" for i, r in enumerate(results))
+    index = (out / "index.html").read_text()
+    assert 'href="run-1/timed.html"' in index and 'href="run-2/timed.html"' in index
+    assert "Records across runs" in index and "<h2>Correctness</h2>" in index
+    assert 'href="p/index.html"' in (out.parent / "index.html").read_text()  # the gallery
+    runner.run_repeated(plan, out, 1, progress=False)  # back to one run: today's layout
+    assert not list(out.glob("run-*")) and (out / "timed.html").exists()
+    assert "repeat" not in json.loads((out / "run.json").read_text())
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_bad_repeat_exits_2_with_one_line(value, capsys, tmp_path):
+    from kernel_lib import __main__ as cli
+
+    argv = ["run", "--platform", "ci", "--repeat", value, "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --repeat must be an integer >= 1") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_notebook_run_on_a_busy_machine_is_flagged(tmp_path, write_notebook, monkeypatch):
+    plan = _one_notebook(
+        tmp_path,
+        write_notebook,
+        "from kernel_lib.records import save_records\nsave_records([], 'timed')",
+    )
+    busy = 4.0 * (os.cpu_count() or 1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (busy, 1.0, 1.0))
+    out = tmp_path / "out"
+    (result,) = runner.run_plan(plan, out, progress=False)
+    machine = json.loads((out / "run.json").read_text())["notebooks"][0]["machine"]
+    assert machine["load_start"] == [busy, 1.0, 1.0] and machine["cores"] == os.cpu_count()
+    assert "1-min load" in machine["busy"] and result.machine == machine
+    summary = (out / "SUMMARY.md").read_text()
+    assert "measured on a busy machine" in summary.split("## Flags")[1]
+    assert "BUSY: 1-min load" in (out / "index.html").read_text()
+
+
+def test_machine_load_reads_steal_over_the_run():
+    start = {"loadavg": [0.5, 0.5, 0.5], "jiffies": (10, 1000)}
+    end = {"loadavg": [0.7, 0.5, 0.5], "jiffies": (110, 2000)}
+    machine = runner.machine_load(start, end)
+    assert machine["steal_fraction"] == pytest.approx(0.1)
+    assert "steal 10%" in machine["busy"]
+    calm = runner.machine_load({**start, "jiffies": None}, end)
+    assert calm["steal_fraction"] is None and calm["busy"] == ""
+
+
+def test_html_drops_progress_bars_but_keeps_other_stderr(tmp_path):
+    bar = io.StringIO()
+    for _ in tqdm(range(3), desc="timing", file=bar, mininterval=0):
+        pass
+    cell = nbformat.v4.new_code_cell("run()")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text=bar.getvalue()),
+        nbformat.v4.new_output("stream", name="stderr", text="\x1b[A"),
+        nbformat.v4.new_output("stream", name="stderr", text="\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="UserWarning: keep me\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="result 42\n"),
+    ]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, str(path))
+    page = runner.to_html(path).read_text()
+    assert "\r" not in page and "%|" not in page and "it/s" not in page and "timing" not in page
+    assert "keep me" in page and "result 42" in page
+    kept = nbformat.read(str(path), as_version=4).cells[0].outputs
+    assert len(kept) == 5 and "\r" in kept[0]["text"]  # the .ipynb keeps them

@@ -59,3 +59,22 @@ def test_a_cached_choice_that_no_longer_passes_is_measured_again(cpu_facts, cach
         "double", CASE, _candidates(), facts=cpu_facts, min_time_s=0.02
     )
     assert choice == "fast" and records[1].metrics["variant_source"] == "measured"
+
+
+def test_a_tuned_variant_slower_than_its_plain_comparator_is_flagged(
+    tmp_path, monkeypatch, cpu_facts
+):
+    monkeypatch.setenv(variants.CACHE_ENV, str(tmp_path))
+    choice, records = variants.tune(
+        "double",
+        CASE,
+        _candidates(),
+        facts=cpu_facts,
+        min_time_s=0.02,
+        among=("slow", "fast"),
+        comparator="fast",
+    )
+    by_name = {r.implementation: r for r in records}
+    assert choice == "fast" and not by_name["fast"].flags
+    assert any("slower than its plain comparator fast" in f for f in by_name["slow"].flags)
+    assert by_name["wrong_but_fast"].variant is None  # not among the variants

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_lib.attention.patterns import PatternConfig, materialise
-from kernel_lib.plots import ok_records
+from kernel_lib.plots import grouped_bars, ok_records, place_legend, plain_log_ticks, whiskers
 
 FLEX = "flex_attention_compiled"
 
@@ -50,15 +50,24 @@ def plot_masks(
 
 
 def plot_pattern_times(frame: pd.DataFrame):
-    """Forward time per pattern, one bar per implementation that ran (log scale)."""
-    data = _ok(frame, "patterns").pivot_table(
-        index="case", columns="implementation", values="median_ms", sort=False
+    """Forward time per pattern, one bar per implementation that ran (log scale; whiskers p10 to
+    p90 of the timed calls)."""
+    ax, _ = grouped_bars(
+        _ok(frame, "patterns"),
+        index="case",
+        columns="implementation",
+        values="median_ms",
+        figsize=(12, 4),
+        logy=True,
+        width=0.8,
+        rot=30,
     )
-    ax = data.plot.bar(figsize=(11, 4), logy=True, width=0.8)
-    ax.set_ylabel("forward median (ms, log)")
+    plain_log_ticks(ax)
+    ax.set_ylabel("forward time, median (ms, log;\nwhiskers p10 to p90)")
     ax.set_xlabel("pattern")
     ax.set_title("Forward time per pattern and implementation (lower is better)")
-    ax.legend(fontsize=8, ncol=3)
+    plt.setp(ax.get_xticklabels(), ha="right")
+    place_legend(ax, title="implementation", outside=True)
     ax.figure.tight_layout()
     return ax.figure
 
@@ -67,14 +76,25 @@ def plot_pattern_tflops(frame: pd.DataFrame):
     """TFLOP/s per pattern: each implementation on the pattern's needed work, and flex's
     dense-equivalent rate (what the same time would mean if all S^2 pairs were computed)."""
     ok = _ok(frame, "patterns")
-    data = ok.pivot_table(index="case", columns="implementation", values="tflops", sort=False)
-    flex = ok[ok["implementation"] == FLEX].set_index("case")["metrics.dense_tflops"]
-    data[f"{FLEX} (dense-equivalent)"] = flex
-    ax = data.plot.bar(figsize=(11, 4), width=0.8)
-    ax.set_ylabel("TFLOP/s")
+    flex = ok[ok["implementation"] == FLEX]
+    dense = flex.assign(
+        implementation=f"{FLEX} (dense-equivalent)",
+        tflops=flex["metrics.dense_tflops"],
+    )
+    ax, _ = grouped_bars(
+        pd.concat([ok, dense]),
+        index="case",
+        columns="implementation",
+        values="tflops",
+        figsize=(12, 4),
+        width=0.8,
+        rot=30,
+    )
+    ax.set_ylabel("TFLOP/s (whiskers: at the\np90 and p10 times)")
     ax.set_xlabel("pattern")
     ax.set_title("Throughput per pattern: needed work (bars) and flex dense-equivalent")
-    ax.legend(fontsize=8, ncol=3)
+    plt.setp(ax.get_xticklabels(), ha="right")
+    place_legend(ax, title="implementation", outside=True)
     ax.figure.tight_layout()
     return ax.figure
 
@@ -94,10 +114,12 @@ def plot_window_speedup(frame: pd.DataFrame):
     )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax)
     ax.set_xlabel("window (tokens)")
-    ax.set_ylabel("speedup over causal flex")
+    ax.set_ylabel("speed-up over causal flex (x, 95 % interval)")
     ax.set_title("Speedup from sparsity: causal sliding window vs causal")
-    ax.legend()
+    place_legend(ax)
     fig.tight_layout()
     return fig
 
@@ -113,7 +135,7 @@ def plot_compile_times(frame: pd.DataFrame):
     bars = ax.bar(np.arange(len(data)), data["median_ms"] / 1e3)
     ax.bar_label(bars, labels=[f"{int(g)}" for g in data["metrics.new_graphs"]], fontsize=7)
     ax.set_xticks(np.arange(len(data)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("first call (s)")
+    ax.set_ylabel("first call: compile + one run (s)")
     ax.set_title("Flex first calls in call order (label: new graphs compiled)")
     fig.tight_layout()
     return fig
@@ -126,12 +148,21 @@ def plot_seq_sweep(frame: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, group in data.groupby("implementation", sort=False):
         group = group.sort_values("shape.seq_len")
-        ax.plot(group["shape.seq_len"], group["median_ms"], "o-", label=name)
+        ax.errorbar(
+            group["shape.seq_len"],
+            group["median_ms"],
+            yerr=whiskers(group, "median_ms"),
+            fmt="o-",
+            capsize=3,
+            label=name,
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length S")
-    ax.set_ylabel("forward median (ms)")
+    plain_log_ticks(ax)
+    plain_log_ticks(ax, "x")
+    ax.set_xlabel("sequence length S (tokens)")
+    ax.set_ylabel("forward time, median (ms; whiskers p10 to p90)")
     ax.set_title("Causal attention vs sequence length")
-    ax.legend(fontsize=8)
+    place_legend(ax)
     fig.tight_layout()
     return fig

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from kernel_lib.config import from_params, parse_dtype, positive, positive_list, require
+from kernel_lib.config import (
+    from_params,
+    largest_needs,
+    param,
+    parse_dtype,
+    positive,
+    positive_list,
+    require,
+)
 
 GEMM_DTYPES = ("float32", "bfloat16", "float16")  # what the sweep times (fp64 is the reference)
+_DTYPES = ", ".join(GEMM_DTYPES)
 
 
 def _positive_ints(values, param: str) -> None:
@@ -18,21 +27,44 @@ def _positive_ints(values, param: str) -> None:
 
 @dataclass(frozen=True)
 class BackendConfig:
-    gemm_sizes: tuple = (256, 512, 1024, 2048)  # square GEMM sizes n (n x n x n)
-    gemm_dtypes: tuple = ("float32", "bfloat16")  # dtypes of the GEMM sweep
-    bandwidth_mib: tuple = (64, 256)  # fp32 buffer sizes for copy/triad, MiB per buffer
-    transfer_mib: tuple = (1, 64)  # host<->device copy sizes, MiB
-    mlp_batch: int = 64  # rows of the small MLP's input
-    mlp_dim: int = 256  # width of the small MLP (hidden layer 4x)
-    mlp_dtype: str = "float32"  # dtype of the small MLP
-    compile_mlp: bool = True  # time torch.compile on the small MLP, including its first call
-    probe_compile: bool = True  # probe torch.compile and flex_attention (each compiles once)
-    min_time_s: float = 0.2  # timed seconds per candidate
-    tf32_size: int = 1024  # NVIDIA: fp32 GEMM size of the TF32 on/off comparison
-    blas_size: int = 1024  # AMD: GEMM size of rocBLAS vs hipBLASLt
-    xla_seq_lens: tuple = (17, 33, 50, 71, 100, 120)  # TPU: lengths of the shape-change pass
-    xla_bucket: int = 64  # TPU: pad lengths up to a multiple of this (bucketing)
-    xla_precision_size: int = 512  # TPU: fp32 GEMM size of the matmul-precision comparison
+    PARAM_PREFIX = ""  # the notebooks' parameter names are the fields' (not a field)
+
+    gemm_sizes: tuple = param(
+        (256, 512, 1024, 2048), "square GEMM sizes n (n x n x n); a non-empty list of ints > 0"
+    )
+    gemm_dtypes: tuple = param(
+        ("float32", "bfloat16"), f"dtypes of the GEMM sweep; a non-empty list of {_DTYPES}"
+    )
+    bandwidth_mib: tuple = param(
+        (64, 256), "fp32 buffer sizes for copy/triad, MiB per buffer; a non-empty list of ints > 0"
+    )
+    transfer_mib: tuple = param(
+        (1, 64), "host<->device copy sizes, MiB; a non-empty list of ints > 0"
+    )
+    mlp_batch: int = param(64, "rows of the small MLP's input; an int > 0")
+    mlp_dim: int = param(256, "width of the small MLP (hidden layer 4x); an int > 0")
+    mlp_dtype: str = param("float32", f"dtype of the small MLP; one of {_DTYPES}")
+    compile_mlp: bool = param(
+        True, "time torch.compile on the small MLP, including its first call; True or False"
+    )
+    probe_compile: bool = param(
+        True, "probe torch.compile and flex_attention (each compiles once); True or False"
+    )
+    min_time_s: float = param(0.2, "timed seconds per candidate; a finite number > 0")
+    tf32_size: int = param(
+        1024, "NVIDIA: fp32 GEMM size of the TF32 on/off comparison; an int > 0"
+    )
+    blas_size: int = param(1024, "AMD: GEMM size of rocBLAS vs hipBLASLt; an int > 0")
+    xla_seq_lens: tuple = param(
+        (17, 33, 50, 71, 100, 120),
+        "TPU: input lengths of the shape-change pass; a non-empty list of ints > 0",
+    )
+    xla_bucket: int = param(
+        64, "TPU: pad lengths up to a multiple of this (bucketing); an int > 0"
+    )
+    xla_precision_size: int = param(
+        512, "TPU: fp32 GEMM size of the matmul-precision comparison; an int > 0"
+    )
 
     def __post_init__(self):
         for f in fields(self):  # lists from YAML become tuples: the config stays hashable
@@ -57,7 +89,27 @@ class BackendConfig:
         for name in ("compile_mlp", "probe_compile"):
             require(isinstance(getattr(self, name), bool), name, getattr(self, name), "True/False")
 
+    def memory_needs(self) -> dict[str, float]:
+        """Notebook parameter -> estimated peak bytes of the largest case it sets the size of."""
+        mib, fp32 = 2**20, 4
+        widest = max(parse_dtype(d).itemsize for d in self.gemm_dtypes)
+        cases = [  # GEMM sweep: a, b, out in the widest swept dtype and in fp64 for the reference
+            (3 * n * n * (widest + 8), ("gemm_sizes", "gemm_dtypes")) for n in self.gemm_sizes
+        ]
+        cases += [  # the fp32 GEMMs of one size (TF32, rocBLAS/hipBLASLt, XLA precision)
+            (3 * getattr(self, name) ** 2 * (fp32 + 8), (name,))
+            for name in ("tf32_size", "blas_size", "xla_precision_size")
+        ]
+        cases += [(3 * size * mib, ("bandwidth_mib",)) for size in self.bandwidth_mib]  # a, b, c
+        cases += [
+            (2 * size * mib, ("transfer_mib",)) for size in self.transfer_mib
+        ]  # host, device
+        mlp_item = parse_dtype(self.mlp_dtype).itemsize
+        mlp = 8 * self.mlp_dim**2 + 5 * self.mlp_batch * self.mlp_dim  # weights D x 4D x 2, x, h
+        cases.append((mlp * (mlp_item + 8), ("mlp_batch", "mlp_dim", "mlp_dtype")))  # + fp64 twin
+        return largest_needs(cases, "")
+
     @classmethod
     def from_params(cls, params: dict) -> BackendConfig:
         """The config from a notebook's globals() or a parameter dict (missing names: defaults)."""
-        return from_params(cls, params, prefix="")
+        return from_params(cls, params, prefix=cls.PARAM_PREFIX)

@@ -33,8 +33,11 @@ class Target:
     reason: str = ""  # why not present
 
     def absent(self, case: str, implementation: str, **kwargs) -> Record:
-        """The skipped record a section gives instead of measuring."""
-        return self.skip(case, implementation, self.reason, **kwargs)
+        """The skipped record a section gives instead of measuring; its shape names the missing
+        backend, so the absent devices of one run (the reference runs all five) keep distinct
+        record ids."""
+        shape = {**(kwargs.pop("shape", None) or {}), "backend": self.backend}
+        return self.skip(case, implementation, self.reason, shape=shape, **kwargs)
 
     def skip(self, case: str, implementation: str, reason: str, **kwargs) -> Record:
         """A skipped record of this device (kwargs: dtype, shape, mode)."""

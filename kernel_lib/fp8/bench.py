@@ -33,6 +33,7 @@ from kernel_lib.fp8.scaling import ScalingMode
 from kernel_lib.fp8.training import loss_checks, make_model, training_runs
 from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.variants import choose
 
 TOPIC = "fp8"
 QUANT_K = 4096  # row length of the bandwidth inputs
@@ -74,15 +75,18 @@ def _exact_codes(reference) -> Callable[[Fp8Tensor], Check]:
 def _quantizers(
     facts: DeviceFacts, gran: str, fmt: str, x: torch.Tensor, out: torch.Tensor
 ) -> dict:
-    """implementation -> the timed call, or why it cannot run here."""
+    """implementation -> the timed call, or why it cannot run here. compiled_quantize (bit
+    arithmetic), fused_quantize (Triton) and plain_compiled_quantize (`quantize` as plain ops
+    through torch.compile, the comparator) are the variants; `quantize` is eager."""
     from kernel_lib.fp8.quantize_compiled import compiled_quantize
 
-    if facts.backend == "xla":
-        compiled = "torch.compile's Inductor does not target XLA devices"
-    elif gran == "blockwise":
-        compiled = "not built for blockwise"
-    else:
-        compiled = lambda: compiled_quantize(x, fmt=fmt, granularity=gran, out=out)  # noqa: E731
+    def compiled(cast: str):
+        if facts.backend == "xla":
+            return "torch.compile's Inductor does not target XLA devices"
+        if gran == "blockwise":
+            return "not built for blockwise"
+        return lambda: compiled_quantize(x, fmt=fmt, granularity=gran, out=out, cast=cast)
+
     if facts.backend not in GPU:
         fused = (
             f"the Triton kernel is built for NVIDIA/AMD GPUs, not {facts.backend} "
@@ -96,14 +100,13 @@ def _quantizers(
         fused = lambda: fused_quantize(x, fmt=fmt, granularity=gran)  # noqa: E731
     return {
         "quantize": lambda: quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
-        "compiled_quantize": compiled,
+        "compiled_quantize": compiled("bits"),
         "fused_quantize": fused,
+        "plain_compiled_quantize": compiled("plain"),
     }
 
 
-def _headline_quantizer(facts: DeviceFacts) -> str:
-    """The quantiser a reader of this device would use: Triton on GPUs, else Inductor."""
-    return "fused_quantize" if facts.backend in GPU else "compiled_quantize"
+VARIANTS = ("compiled_quantize", "fused_quantize", "plain_compiled_quantize")
 
 
 def quantize_bandwidth(
@@ -113,8 +116,10 @@ def quantize_bandwidth(
     checked dst == src) and every quantiser per granularity of fp32 (rows, 4096) -> linear_format
     (checked bit-exact, bytes and scales, against the fp64 reference). Bytes: x read once + FP8
     written once + scales (a two-pass kernel's re-read shows as lower GB/s); fraction_of_peak is
-    GB/s over the copy's GB/s. Headline: the device's quantiser over copy at the largest size."""
-    fmt, records = config.linear_format, []
+    GB/s over the copy's GB/s. The variants (VARIANTS) are timed side by side and the one to use
+    here is chosen by measurement (`variants.choose`, cached per machine): the headline is that
+    one over copy at the largest size, for the first granularity."""
+    fmt, records, headline = config.linear_format, [], None
     torch.manual_seed(config.seed)
     for size in tqdm(config.quant_mib, disable=not progress, desc="quantize bandwidth"):
         rows = max(1, size * 2**20 // 4 // QUANT_K)
@@ -159,18 +164,31 @@ def quantize_bandwidth(
             min_time_s=config.min_time_s,
             progress="quantize" if progress else None,
         )
+        for gran in config.quant_granularities:
+            among = tuple(f"{v}_{gran}" for v in VARIANTS)
+            choice, got = choose(
+                f"fp8_quantize_{gran}",
+                case,
+                got,
+                facts=facts,
+                among=among,
+                comparator=f"plain_compiled_quantize_{gran}",
+            )
+            if size == max(config.quant_mib) and gran == config.quant_granularities[0]:
+                headline = choice
         copy = got[0]
         basis = "fp32 copy_ into a preallocated tensor, timed in alternation with it"
         records += [
             rec.with_peak(r, copy.gbps, basis=basis, rate="gbps") if r is not copy else r
             for r in got
         ]
-    headline = f"{_headline_quantizer(facts)}_{config.quant_granularities[0]}"
+    if headline is None:
+        return records
     return _declare(
         records,
         headline,
         {"MiB": max(config.quant_mib)},
-        f"FP8 quantise ({headline}) bandwidth as a fraction of copy",
+        "FP8 quantise, fastest variant on this machine, bandwidth as a fraction of copy",
     )
 
 

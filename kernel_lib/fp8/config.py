@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from kernel_lib.config import from_params, parse_choice, positive, positive_list, require
+from kernel_lib.config import (
+    from_params,
+    largest_needs,
+    param,
+    parse_choice,
+    positive,
+    positive_list,
+    require,
+)
 from kernel_lib.fp8.formats import FORMATS
 from kernel_lib.fp8.linear import ALIGN, GRAD_DTYPES
 from kernel_lib.fp8.scaling import GRANULARITIES, RECIPES
@@ -22,31 +30,72 @@ _LISTS = (
 )
 
 
+def _any_of(names) -> str:
+    return ", ".join(names)
+
+
+_SIZES = f"a non-empty list of multiples of {ALIGN} > 0"
+
+
 @dataclass(frozen=True)
 class Fp8BenchConfig:
-    formats: tuple = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz")  # rows of the numerics tables
-    granularities: tuple = GRANULARITIES  # scalings compared in the numerics tables
-    error_rows: int = 512  # rows (and columns) of the error tables' seeded input
-    check_sizes: tuple = (
-        32,
-        64,
-    )  # n of the (n+5) x 2n x n _scaled_mm checks (CPU emulation is slow)
-    gemm_sizes: tuple = (256, 512, 1024)  # n of the n x n x n linear speed sweep
-    recipes: tuple = ("tensorwise_dynamic", "rowwise_dynamic")  # speed sweep; the first: inference
-    linear_format: str = "e4m3fn"  # forward operands of the FP8 linears (e4m3fnuz on MI300)
-    grad_format: str = "e5m2"  # gradients in training (or bfloat16: bf16 backward GEMMs)
-    quant_mib: tuple = (64,)  # fp32 input sizes (MiB) of the quantisation bandwidth
-    quant_granularities: tuple = ("tensorwise", "rowwise")  # granularities timed for bandwidth
-    model_dim: int = 32  # D of the teacher-student MLP
-    model_ffn: int = 64  # F of the teacher-student MLP
-    model_layers: int = 1  # its blocks
-    model_seq: int = 16  # rows per step are train_batch x model_seq
-    train_batch: int = 16
-    train_steps: int = 40  # CPU runs each FP8 GEMM in torch's emulation: keep it short
-    train_recipes: tuple = ("tensorwise_dynamic", "tensorwise_delayed")  # FP8 runs beside bf16
-    train_seeds: int = 3  # seeds seed, seed + 1, ... each with its own teacher, data and init
-    min_time_s: float = 0.2  # timed seconds per candidate and round budget (compare)
-    seed: int = 0
+    PARAM_PREFIX = "fp8_"  # of the notebook's parameter names (not a field)
+
+    formats: tuple = param(
+        ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"),
+        f"rows of the numerics tables; a non-empty list of {_any_of(FORMATS)}",
+    )
+    granularities: tuple = param(
+        GRANULARITIES,
+        f"scalings compared in the numerics tables; a non-empty list of {_any_of(GRANULARITIES)}",
+    )
+    error_rows: int = param(
+        512, "rows (and columns) of the error tables' seeded input; an int > 0"
+    )
+    check_sizes: tuple = param(
+        (32, 64), f"n of the (n+5) x 2n x n _scaled_mm checks (CPU emulation is slow); {_SIZES}"
+    )
+    gemm_sizes: tuple = param((256, 512, 1024), f"n of the n x n x n linear speed sweep; {_SIZES}")
+    recipes: tuple = param(
+        ("tensorwise_dynamic", "rowwise_dynamic"),
+        f"recipes of the speed sweep (the first: inference); a non-empty list of {_any_of(RECIPES)}",
+    )
+    linear_format: str = param(
+        "e4m3fn",
+        f"forward operands of the FP8 linears (e4m3fnuz on MI300); one of {_any_of(FORMATS)}",
+    )
+    grad_format: str = param(
+        "e5m2",
+        f"gradients in training (bfloat16: bf16 backward GEMMs); one of {_any_of(GRAD_DTYPES)}",
+    )
+    quant_mib: tuple = param(
+        (64,),
+        "fp32 input sizes (MiB) of the quantisation bandwidth; a non-empty list of numbers > 0",
+    )
+    quant_granularities: tuple = param(
+        ("tensorwise", "rowwise"),
+        f"granularities timed for bandwidth; a non-empty list of {_any_of(GRANULARITIES)}",
+    )
+    model_dim: int = param(32, f"width D of the teacher-student MLP; a multiple of {ALIGN} > 0")
+    model_ffn: int = param(64, f"its hidden width F; a multiple of {ALIGN} > 0")
+    model_layers: int = param(1, "its blocks (Linear, GELU, Linear); an int > 0")
+    model_seq: int = param(16, "rows per step are fp8_train_batch x fp8_model_seq; an int > 0")
+    train_batch: int = param(16, "sequences per step; an int > 0")
+    train_steps: int = param(
+        40,
+        "optimiser steps per training run (CPU emulates each FP8 GEMM: keep it short); an int > 0",
+    )
+    train_recipes: tuple = param(
+        ("tensorwise_dynamic", "tensorwise_delayed"),
+        f"FP8 training runs beside bf16; a non-empty list of {_any_of(RECIPES)}",
+    )
+    train_seeds: int = param(
+        3, "seeds fp8_seed, fp8_seed + 1, ..., each its own teacher, data and init; an int > 0"
+    )
+    min_time_s: float = param(
+        0.2, "timed seconds per candidate and round budget; a finite number > 0"
+    )
+    seed: int = param(0, "seed of every input and model; an int >= 0")
 
     def __post_init__(self):
         for name in _LISTS:
@@ -98,7 +147,23 @@ class Fp8BenchConfig:
     @classmethod
     def from_params(cls, params: dict) -> Fp8BenchConfig:
         """The config of a notebook's `fp8_*` globals (or a parameter file's values)."""
-        return from_params(cls, params, prefix="fp8_")
+        return from_params(cls, params, prefix=cls.PARAM_PREFIX)
+
+    def memory_needs(self) -> dict[str, float]:
+        """Notebook parameter -> estimated peak bytes of the largest case it sets the size of."""
+        mib = 2**20
+        cases = [  # quantisation bandwidth: fp32 input x, the copy's fp32 dst, the fp8 output and
+            # the fp64 copy of x the reference quantises: 4 + 4 + 1 + 8 bytes per element of x
+            (size * mib // 4 * (4 + 4 + 1 + 8), ("quant_mib",))
+            for size in self.quant_mib
+        ]
+        cases += [  # linear sweep: bf16 x, W and output, fp8 x and W, fp64 x, W and output
+            (n * n * (3 * 2 + 2 * 1 + 3 * 8), ("gemm_sizes",)) for n in self.gemm_sizes
+        ]
+        n = self.error_rows  # error tables: three (n, n) fp32 samples, one's fp8 codes, and the
+        # fp64 reference and dequantised copy its errors are computed from
+        cases.append((n * n * (3 * 4 + 1 + 2 * 8), ("error_rows",)))
+        return largest_needs(cases, "fp8_")
 
     @property
     def seeds(self) -> list[int]:

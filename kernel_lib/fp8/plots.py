@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernel_lib.plots import nothing_measured, ok_records
+from kernel_lib.plots import axis_label, nothing_measured, ok_records, place_legend, whiskers
 
 
 def _ax(ax, size=(7, 4)):
@@ -22,8 +22,8 @@ def error_histogram(errors: pd.DataFrame, *, title: str = "", ax=None):
         ax.hist(
             np.log10(group["rel_error"].clip(lower=1e-6)), bins=bins, histtype="step", label=fmt
         )
-    ax.set(xlabel="log10 relative error per element", ylabel="count", title=title)
-    ax.legend(fontsize="small")
+    ax.set(xlabel="relative error per element (log10)", ylabel="elements", title=title)
+    place_legend(ax)
     return ax
 
 
@@ -36,8 +36,10 @@ def sqnr_bars(
         table["format"].unique()
     ]
     pivot.plot.bar(ax=ax, rot=0)
-    ax.set(ylabel=f"{metric} (higher is better)", title=title or metric)
+    ax.set(xlabel="FP8 format", ylabel=f"{axis_label(metric)}, higher is better")
+    ax.set_title(title or axis_label(metric))
     ax.grid(True, axis="y", alpha=0.3)
+    place_legend(ax, title="scale granularity", outside=True)
     return ax
 
 
@@ -57,14 +59,17 @@ def bandwidth_bars(frame: pd.DataFrame, *, ax=None):
         + quant["shape.MiB"].astype(str)
         + " MiB"
     )
-    bars = ax.bar(range(len(quant)), quant["gbps"])
+    bars = ax.bar(range(len(quant)), quant["gbps"], yerr=whiskers(quant, "gbps"), capsize=3)
     ax.bar_label(
         bars, labels=[f"{f:.2f}x copy" for f in quant["fraction_of_peak"]], fontsize="small"
     )
     ax.axhline(copy.max(), ls="--", color="k", label=f"copy {copy.max():.1f} GB/s")
     ax.set_xticks(range(len(quant)), labels, fontsize="x-small")
-    ax.set(ylabel="GB/s (x read + FP8 written)", title="Quantisation bandwidth vs copy")
-    ax.legend(fontsize="small")
+    ax.set(
+        ylabel="GB/s (x read + FP8 written; whiskers p10 to p90)",
+        title="Quantisation bandwidth vs copy",
+    )
+    place_legend(ax)
     return ax
 
 
@@ -85,5 +90,5 @@ def training_curves(losses: pd.DataFrame, *, smooth: int = 5, ax=None):
         title="bf16 vs FP8 training",
     )
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    place_legend(ax)
     return ax

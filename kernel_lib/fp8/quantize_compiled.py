@@ -1,7 +1,12 @@
-"""`quantize` compiled by torch.compile (Inductor), with the FP8 cast written as one float add and
-integer bit arithmetic: eager torch's fp32 -> fp8 conversion is scalar, and Inductor's own
-vectorised one measured ~1.2x slower than this on the AVX-512 CPU here. Bit-exact with
-`quantize(..., nonfinite="nan")`."""
+"""`quantize` compiled by torch.compile (Inductor), two ways, both bit-exact with
+`quantize(..., nonfinite="nan")`:
+- cast="bits": the FP8 cast written as one float add and integer bit arithmetic (eager torch's
+  fp32 -> fp8 conversion is scalar; this measured ~1.2x faster than Inductor's own cast on an AMD
+  EPYC with AVX-512-bf16, but 7.7x slower on an Intel Xeon with AMX);
+- cast="plain": the same computation as `quantize`, written plainly (amax, scale, clamp,
+  `.to(fp8)`), Inductor's own vectorised cast: the comparator every tuned variant is timed beside.
+Which is faster depends on the CPU, so the benchmark measures both where it runs
+(`kernel_lib.variants.tune`)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ import torch
 from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.formats import Fp8Format, format_info, fp8_format
 from kernel_lib.fp8.quantize import Fp8Tensor
-from kernel_lib.fp8.scaling import AMAX_EPS, Granularity
+from kernel_lib.fp8.scaling import AMAX_EPS, Granularity, amax, scale_from_amax
+
+CASTS = ("bits", "plain")
 
 
 def _codes(
@@ -68,8 +75,21 @@ def _quantize_impl(
     return group_amax, scale
 
 
+def _plain_impl(x: torch.Tensor, out: torch.Tensor, fmt: Fp8Format, gran: Granularity):
+    """`quantize(x, nonfinite="nan")` as plain ops, written into `out`; returns (amax, scale)."""
+    info = format_info(fmt)
+    finite = torch.isfinite(x)
+    group_amax = amax(torch.where(finite, x, 0.0), gran)
+    scale = scale_from_amax(group_amax, fmt)
+    scaled = (x.float() * scale).clamp(-info.max, info.max)
+    out.copy_(torch.where(finite, scaled, torch.nan).to(info.dtype))
+    return group_amax, scale
+
+
 @functools.cache
-def _compiled(fmt: Fp8Format, gran: Granularity):
+def _compiled(fmt: Fp8Format, gran: Granularity, cast: str):
+    if cast == "plain":
+        return torch.compile(functools.partial(_plain_impl, fmt=fmt, gran=gran), dynamic=False)
     info = format_info(fmt)
     nan_code = torch.tensor(float("nan")).to(info.dtype).view(torch.uint8).item()
     max_bits = torch.tensor(info.max, dtype=torch.float32).view(torch.int32).item()
@@ -87,8 +107,10 @@ def compiled_quantize(
     fmt: Fp8Format | str = "e4m3fn",
     granularity: Granularity | str = "tensorwise",
     out: torch.Tensor | None = None,
+    cast: str = "bits",
 ) -> Fp8Tensor:
-    """Dynamic tensorwise or rowwise quantize, one compiled graph per (format, granularity, shape).
+    """Dynamic tensorwise or rowwise quantize, one compiled graph per (format, granularity, shape);
+    `cast` "bits" or "plain" (see the module docstring).
         x: (..., K) float; NaN/inf come back as NaN (no host sync). `out`: a preallocated FP8 tensor
         of x's shape to write into (a fresh large allocation costs page faults on CPU, as `clone`
         does). First call compiles (seconds). Raises kernel_lib.checks.Unsupported once 64 graphs
@@ -105,12 +127,15 @@ def compiled_quantize(
         raise ValueError(
             f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise'] here"
         )
+    if cast not in CASTS:
+        raise ValueError(f"cast={cast!r} must be one of {list(CASTS)}")
     gran = Granularity(granularity)
     # Every (format, granularity, shape) is its own graph of one function: raise the per-function
     # limit from 8, and say so rather than silently run eager when it is hit.
     try:
         with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
-            group_amax, scale = _compiled(fmt, gran)(x, out.view(torch.uint8))
+            codes = out.view(torch.uint8) if cast == "bits" else out
+            group_amax, scale = _compiled(fmt, gran, cast)(x, codes)
     except torch._dynamo.exc.FailOnRecompileLimitHit as why:
         raise Unsupported(
             f"compiled_quantize: recompile limit (64 graphs) hit in this process: "

@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields
 
 from kernel_lib.config import (
     from_params,
+    largest_needs,
+    param,
     parse_choice,
     parse_dtype,
     positive,
@@ -22,27 +24,72 @@ LAYER_TYPES = tuple(t.value for t in LayerType)
 SWEEPS = ("tokens", "experts", "top_k", "imbalance")
 
 
+def _any_of(names) -> str:
+    return ", ".join(names)
+
+
 @dataclass(frozen=True)
 class MoEBenchConfig:
-    tokens: tuple = (4096,)  # T per throughput shape (read together with hidden and ffn)
-    hidden: tuple = (512,)  # D per throughput shape
-    ffn: tuple = (2048,)  # F per throughput shape
-    experts: int = 8  # E
-    top_k: int = 2  # K experts per token
-    dtype: str = "bfloat16"  # our strategies' dtype (the seed-style baseline is always float32)
-    activation: str = "relu"  # expert activation
-    capacity_factor: float = 1.25  # capacity mode: C = ceil(cf * T * K / E)
-    strategies: tuple = STRATEGIES  # dispatch strategies timed (registry names)
-    compile: tuple = ("sorted_grouped",)  # strategies also timed forward under torch.compile
-    backward: bool = True  # also time forward + backward (weight gradients)
-    layer_types: tuple = LAYER_TYPES  # layer presets timed as whole layers
-    imbalance: tuple = (0.0, 1.0, 2.0)  # routing skew; the first is the throughput cases'
-    sweep_tokens: tuple = (512, 1024, 2048)  # tokens sweep at the first (D, F)
-    sweep_base_tokens: int = 512  # T of the experts / top-k / imbalance sweeps
-    sweep_experts: tuple = (4, 8, 16)
-    sweep_top_k: tuple = (1, 2, 4)
-    sweep_strategies: tuple = ("loop", "sorted_grouped", "padded")
-    min_time_s: float = 0.2  # timing budget per candidate and measurement
+    PARAM_PREFIX = "moe_"  # of the notebook's parameter names (not a field)
+
+    tokens: tuple = param(
+        (4096,), "tokens T per throughput shape; whole numbers > 0, one per moe_hidden entry"
+    )
+    hidden: tuple = param(
+        (512,), "model width D per throughput shape; a non-empty list of whole numbers > 0"
+    )
+    ffn: tuple = param(
+        (2048,), "expert width F per throughput shape; whole numbers > 0, one per moe_hidden entry"
+    )
+    experts: int = param(8, "experts E; a whole number >= moe_top_k and >= max(moe_sweep_top_k)")
+    top_k: int = param(
+        2, "experts per token K; 1 <= K <= moe_experts and K <= min(moe_sweep_experts)"
+    )
+    dtype: str = param(
+        "bfloat16",
+        "our strategies' dtype (the seed-style baseline is always float32); "
+        "float32, bfloat16 or float16",
+    )
+    activation: str = param("relu", f"expert activation; one of {_any_of(ACTIVATIONS)}")
+    capacity_factor: float = param(
+        1.25, "capacity mode: C = ceil(cf x T x K / E) rows per expert; a finite number > 0"
+    )
+    strategies: tuple = param(
+        STRATEGIES, f"dispatch strategies timed; any of {_any_of(STRATEGIES)}"
+    )
+    compile: tuple = param(
+        ("sorted_grouped",),
+        f"strategies also timed forward under torch.compile; any of {_any_of(STRATEGIES)}",
+    )
+    backward: bool = param(True, "also time forward + backward (weight gradients); True or False")
+    layer_types: tuple = param(
+        LAYER_TYPES, f"layer presets timed as whole layers; any of {_any_of(LAYER_TYPES)}"
+    )
+    imbalance: tuple = param(
+        (0.0, 1.0, 2.0),
+        "routing skew (expert e's logit lowered by imbalance x e), the first is the throughput "
+        "cases'; a non-empty list of finite numbers",
+    )
+    sweep_tokens: tuple = param(
+        (512, 1024, 2048),
+        "tokens sweep at the first shape's D, F; a non-empty list of whole numbers > 0",
+    )
+    sweep_base_tokens: int = param(
+        512, "T of the experts / top-k / imbalance sweeps; a whole number > 0"
+    )
+    sweep_experts: tuple = param(
+        (4, 8, 16), "experts sweep; a non-empty list of whole numbers >= moe_top_k"
+    )
+    sweep_top_k: tuple = param(
+        (1, 2, 4), "top-k sweep; a non-empty list of whole numbers, 1 <= k <= moe_experts"
+    )
+    sweep_strategies: tuple = param(
+        ("loop", "sorted_grouped", "padded"),
+        f"strategies in the sweeps; any of {_any_of(STRATEGIES)}",
+    )
+    min_time_s: float = param(
+        0.2, "timing budget per candidate and measurement (s); a finite number > 0"
+    )
 
     def __post_init__(self):
         for f in fields(self):  # lists from YAML become tuples: the config stays hashable
@@ -95,7 +142,39 @@ class MoEBenchConfig:
     @classmethod
     def from_params(cls, params: dict) -> MoEBenchConfig:
         """The config of a notebook's `moe_*` parameters (missing ones keep their defaults)."""
-        return from_params(cls, params, prefix="moe_")
+        return from_params(cls, params, prefix=cls.PARAM_PREFIX)
+
+    def memory_needs(self) -> dict[str, float]:
+        """Notebook parameter -> estimated peak bytes of the largest case it sets the size of,
+        each case by kernel_lib.moe.cases.memory_needed (inputs, weights and their gradients,
+        routed intermediates, all again in fp64 for the reference)."""
+        from kernel_lib.moe.cases import memory_needed
+
+        item = parse_dtype(self.dtype).itemsize
+        (t0, d0, f0), e, k, base = self.shapes[0], self.experts, self.top_k, self.sweep_base_tokens
+        shape = ("hidden", "ffn", "dtype")  # set every case's size (the sweeps use the first D, F)
+        cases = [  # (bytes, the parameters that set them): the throughput shapes at (E, K)
+            (memory_needed(t, d, f, e, k, item), ("tokens", "experts", "top_k", *shape))
+            for t, d, f in self.shapes
+        ]
+        cases.append(  # the seed-style comparison: the first shape in float32
+            (memory_needed(t0, d0, f0, e, k, 4), ("tokens", "hidden", "ffn", "experts", "top_k"))
+        )
+        cases += [
+            (memory_needed(t, d0, f0, e, k, item), ("sweep_tokens", "experts", "top_k", *shape))
+            for t in self.sweep_tokens
+        ]
+        at_base = ("sweep_base_tokens", *shape)  # experts, top-k and imbalance sweeps
+        cases += [
+            (memory_needed(base, d0, f0, n, k, item), ("sweep_experts", "top_k", *at_base))
+            for n in self.sweep_experts
+        ]
+        cases += [
+            (memory_needed(base, d0, f0, e, n, item), ("sweep_top_k", "experts", *at_base))
+            for n in self.sweep_top_k
+        ]
+        cases.append((memory_needed(base, d0, f0, e, k, item), ("experts", "top_k", *at_base)))
+        return largest_needs(cases, "moe_")
 
     @property
     def shapes(self) -> list[tuple[int, int, int]]:

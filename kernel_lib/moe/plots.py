@@ -5,21 +5,26 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from kernel_lib.plots import nothing_measured, ok_records
+from kernel_lib.plots import grouped_bars, nothing_measured, ok_records, place_legend
 
 
 def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
-    """TFLOP/s of each implementation for one case, grouped by hidden size (ok records only)."""
+    """TFLOP/s of each implementation for one case, grouped by hidden size (ok records only;
+    whiskers: the rate at the p90 and p10 times)."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     data = ok_records(frame[frame["case"] == case])
     if data.empty:
         return nothing_measured(ax, f"{case}: nothing measured (see skipped records)")
-    table = data.pivot_table(index="implementation", columns="shape.D", values="tflops")
-    table.sort_values(table.columns[0]).plot.barh(ax=ax)
+    order = data.groupby("implementation")["tflops"].first().sort_values().index
+    data = data.set_index("implementation").loc[order].reset_index()
+    grouped_bars(
+        data, index="implementation", columns="shape.D", values="tflops", horizontal=True, ax=ax
+    )
     ax.set(
         xlabel="TFLOP/s (executed expert FLOPs)", ylabel="", title=f"MoE {case}, by hidden size D"
     )
     ax.grid(True, axis="x", alpha=0.3)
+    place_legend(ax, title="hidden size D", outside=True)
     return ax
 
 
@@ -30,6 +35,7 @@ def expert_load(rows: list[dict], ax=None):
     table = frame.pivot(index="expert", columns="imbalance", values="tokens")
     cv = frame.groupby("imbalance")["cv"].first()
     table.columns = [f"imbalance {c} (CV {cv[c]})" for c in table.columns]
-    table.plot.bar(ax=ax)
+    table.plot.bar(ax=ax, rot=0)
     ax.set(xlabel="expert", ylabel="assignments (tokens x top-k)", title="Expert load")
+    place_legend(ax)
     return ax

@@ -38,3 +38,27 @@ def test_bad_parameters_name_themselves(field, value, match):
 
 def test_any_head_dim_is_accepted():
     assert AttentionConfig(head_dim=40).shape().head_dim == 40
+
+
+def test_memory_needs_count_the_reference_in_chunks_not_the_dense_score_matrix():
+    cfg = AttentionConfig(batch=4, heads=16, seq_len=8192, head_dim=128, dtype="bfloat16",
+                          window=512, windows=(512,), seq_lens=(1024, 16384))  # fmt: skip
+    needs = cfg.memory_needs()
+    # q, k, v, out of (4, 16, 16384, 128) in bf16 and again in fp64: 5 GiB; the fp64 reference
+    # holds one ~1 GiB chunk of scores at a time (three copies), not the 128 GiB (B, H, S, S)
+    assert 8 * 2**30 < needs["attn_seq_lens"] < 12 * 2**30
+    # the pattern sections at S = 8192 add the backward tensors and SDPA's (1, H, S, S) bias
+    assert 10 * 2**30 < needs["attn_seq_len"] < 16 * 2**30
+    assert needs["attn_batch"] == needs["attn_heads"] == needs["attn_seq_len"]
+
+
+@pytest.mark.parametrize("field, small, large", [
+    ("seq_len", 512, 4096), ("seq_lens", (256,), (256, 8192)), ("batch", 1, 8),
+    ("heads", 2, 32), ("head_dim", 16, 256),
+])  # fmt: skip
+def test_memory_needs_grow_with_the_size_they_name(field, small, large):
+    def need(value):
+        cfg = AttentionConfig(window=64, windows=(64,), **{field: value})
+        return cfg.memory_needs()[f"attn_{field}"]
+
+    assert need(large) > need(small)

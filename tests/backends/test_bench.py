@@ -9,6 +9,7 @@ import pytest
 
 from kernel_lib.backends import bench
 from kernel_lib.backends.config import BackendConfig
+from kernel_lib.params import HAND_RUN_ONLY
 from kernel_lib.records import STATUSES
 
 from .conftest import TINY
@@ -24,7 +25,9 @@ ALL_SPECIFIC = set().union(*SPECIFIC.values())
 
 
 def _parameters(backend: str) -> dict:
-    return papermill.inspect_notebook(str(ROOT / "notebooks" / f"backend_{backend}.ipynb"))
+    """The notebook's config parameters (not `results_dir`, every notebook's, tested elsewhere)."""
+    params = papermill.inspect_notebook(str(ROOT / "notebooks" / f"backend_{backend}.ipynb"))
+    return {k: v for k, v in params.items() if k not in HAND_RUN_ONLY}
 
 
 def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch, cpu_target):
@@ -96,6 +99,7 @@ def test_a_backend_notebook_without_its_device_finishes_with_every_record_skippe
         "kernel-workbook",
         "--cwd",
         str(tmp_path),
+        "--inject-output-path",  # the results go beside out.ipynb
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -44,3 +44,25 @@ def test_lists_become_tuples_so_the_config_is_hashable():
 def test_bad_values_are_rejected_naming_the_parameter(name, value, match):
     with pytest.raises(ValueError, match=match):
         BackendConfig.from_params({**TINY, name: value})
+
+
+def test_memory_needs_of_hand_computed_cases():
+    cfg = BackendConfig.from_params(
+        {**TINY, "gemm_sizes": [1024], "gemm_dtypes": ["bfloat16"], "bandwidth_mib": [64, 256]}
+    )
+    needs = cfg.memory_needs()
+    assert needs["gemm_sizes"] == 3 * 1024**2 * (2 + 8)  # a, b, out in bf16 and fp64
+    assert needs["bandwidth_mib"] == 3 * 256 * 2**20  # triad's a, b, c at the largest size
+    wider = BackendConfig.from_params({**TINY, "gemm_sizes": [1024], "gemm_dtypes": ["float32"]})
+    assert wider.memory_needs()["gemm_dtypes"] == 3 * 1024**2 * (4 + 8)
+
+
+@pytest.mark.parametrize("name, small, large", [
+    ("gemm_sizes", [256], [256, 4096]), ("bandwidth_mib", [1], [512]), ("transfer_mib", [1], [64]),
+    ("tf32_size", 16, 4096), ("mlp_dim", 8, 1024), ("mlp_batch", 4, 4096),
+])  # fmt: skip
+def test_memory_needs_grow_with_the_size_they_name(name, small, large):
+    def need(value):
+        return BackendConfig.from_params({**TINY, name: value}).memory_needs()[name]
+
+    assert need(large) > need(small)

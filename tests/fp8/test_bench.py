@@ -48,6 +48,8 @@ def test_quantize_records_carry_bandwidth_fraction_of_copy_and_ratio(frame):
         "compiled_quantize_tensorwise",
         "quantize_rowwise",
         "compiled_quantize_rowwise",
+        "plain_compiled_quantize_tensorwise",
+        "plain_compiled_quantize_rowwise",
     }
     kernels = quant[quant["implementation"] != "copy"]
     assert (
@@ -56,6 +58,16 @@ def test_quantize_records_carry_bandwidth_fraction_of_copy_and_ratio(frame):
     )
     assert kernels["ratio_vs_baseline"].notna().all() and (kernels["baseline"] == "copy").all()
     assert quant["check.pass"].all()
+
+
+def test_the_quantise_variant_is_chosen_by_measurement_and_declared(frame):
+    quant = frame[frame["implementation"].str.contains("compiled_quantize")]
+    chosen = set(quant["variant"])
+    assert len(chosen) == 2 and all(
+        "compiled_quantize" in c for c in chosen
+    )  # one per granularity
+    headline = frame[frame["headline"].notna() & (frame["case"] == "quantize")]
+    assert len(headline) == 1 and headline["implementation"].iloc[0] in chosen
 
 
 def test_cpu_never_times_fp8_gemms(frame):

@@ -30,3 +30,22 @@ def test_defaults_and_from_params():
 def test_bad_values_name_the_parameter(field, value, match):
     with pytest.raises(ValueError, match=match):
         Fp8BenchConfig(**{field: value})
+
+
+def test_memory_needs_of_hand_computed_cases():
+    needs = Fp8BenchConfig(quant_mib=(64, 16), gemm_sizes=(1024,), error_rows=256).memory_needs()
+    # 64 MiB of fp32 x: x, the copy's dst, the fp8 output (a quarter), x in fp64 (twice the bytes)
+    assert needs["fp8_quant_mib"] == 64 * 2**20 * (1 + 1 + 0.25 + 2)
+    # n x n: bf16 x, W, out (2 bytes each), fp8 x, W (1 byte), fp64 x, W, out (8 bytes)
+    assert needs["fp8_gemm_sizes"] == 1024**2 * 32
+    assert 256**2 * 12 < needs["fp8_error_rows"] < 256**2 * 64
+
+
+@pytest.mark.parametrize("field, small, large", [
+    ("quant_mib", (64,), (64, 256)), ("gemm_sizes", (512,), (2048,)), ("error_rows", 64, 4096),
+])  # fmt: skip
+def test_memory_needs_grow_with_the_size_they_name(field, small, large):
+    def need(value):
+        return Fp8BenchConfig(**{field: value}).memory_needs()[f"fp8_{field}"]
+
+    assert need(large) > need(small)

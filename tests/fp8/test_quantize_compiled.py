@@ -10,12 +10,13 @@ from kernel_lib.fp8.quantize_compiled import compiled_quantize
 from .conftest import wide_tensor, with_extremes, with_nonfinite
 
 
+@pytest.mark.parametrize("cast", quantize_compiled.CASTS)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("gran", ["tensorwise", "rowwise"])
-def test_bit_exact_with_quantize(fmt, gran):
+def test_bit_exact_with_quantize(fmt, gran, cast):
     x = with_nonfinite(with_extremes(wide_tensor((37, 300), seed=2, binades=(-9, 5))))
     got, ref = (
-        compiled_quantize(x, fmt=fmt, granularity=gran),
+        compiled_quantize(x, fmt=fmt, granularity=gran, cast=cast),
         quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
     )
     assert torch.equal(got.scale, ref.scale)
@@ -30,10 +31,13 @@ def test_writes_into_out_and_checks_it():
         compiled_quantize(x, out=torch.empty(3, dtype=torch.float8_e4m3fn))
     with pytest.raises(ValueError, match="granularity"):
         compiled_quantize(x, granularity="blockwise")
+    with pytest.raises(ValueError, match="cast"):
+        compiled_quantize(x, cast="magic")
 
 
+@pytest.mark.parametrize("cast", quantize_compiled.CASTS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_ties_and_near_ties_round_like_torch(fmt):
+def test_ties_and_near_ties_round_like_torch(fmt, cast):
     """Every grid value, every midpoint between neighbours and the fp32 values either side of it,
     both signs; +-max in the tensor makes the scale exactly 1 so these are the values cast."""
     grid = fp8_grid(fmt).float()
@@ -47,7 +51,7 @@ def test_ties_and_near_ties_round_like_torch(fmt):
         ]
     )
     x = torch.cat([values, -values]).reshape(1, -1)
-    got = compiled_quantize(x, fmt=fmt, granularity="rowwise")
+    got = compiled_quantize(x, fmt=fmt, granularity="rowwise", cast=cast)
     assert got.scale.item() == 1.0
     assert torch.equal(got.data.view(torch.uint8), x.to(got.data.dtype).view(torch.uint8))
 
@@ -56,6 +60,6 @@ def test_recompile_limit_becomes_unsupported(monkeypatch):
     def limit_hit(*args):
         raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile_limit reached")
 
-    monkeypatch.setattr(quantize_compiled, "_compiled", lambda fmt, gran: limit_hit)
+    monkeypatch.setattr(quantize_compiled, "_compiled", lambda fmt, gran, cast: limit_hit)
     with pytest.raises(Unsupported, match="recompile limit"):
         compiled_quantize(torch.randn(4, 16))

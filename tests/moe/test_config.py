@@ -47,3 +47,28 @@ def test_top_k_message_names_both_parameters():
 def test_shape_lists_must_have_equal_length():
     with pytest.raises(ValueError, match="moe_ffn"):
         MoEBenchConfig(tokens=(8, 8), hidden=(16, 16), ffn=(32,))
+
+
+SMALL = dict(tokens=(1024,), hidden=(64,), ffn=(256,), experts=4, top_k=2, sweep_tokens=(8,),
+             sweep_base_tokens=8, sweep_experts=(4,), sweep_top_k=(1,))  # fmt: skip
+
+
+def test_memory_needs_of_a_hand_computed_case():
+    needs = MoEBenchConfig(**SMALL).memory_needs()
+    # T=1024, D=64, F=256, E=4, K=2: x and grad_out 3 T D, w_in/w_out and their gradients
+    # 2 x 2 x E D 2F, routed rows T K (D + 4F): 2 949 120 elements, each in bfloat16 + fp64 ...
+    assert needs["moe_dtype"] == 2_949_120 * (2 + 8)
+    # ... and the seed-style comparison at the same shape in float32 + fp64, the largest case
+    assert needs["moe_tokens"] == needs["moe_hidden"] == 2_949_120 * (4 + 8)
+    assert set(needs) >= {"moe_sweep_tokens", "moe_sweep_experts", "moe_sweep_top_k"}
+
+
+@pytest.mark.parametrize("field, bigger", [
+    ("tokens", (2048,)), ("hidden", (128,)), ("experts", 8), ("sweep_tokens", (4096,)),
+    ("sweep_experts", (64,)), ("sweep_base_tokens", 4096), ("sweep_top_k", (4,)),
+])  # fmt: skip
+def test_memory_needs_grow_with_the_size_they_name(field, bigger):
+    small = MoEBenchConfig(**SMALL).memory_needs()
+    large = MoEBenchConfig(**{**SMALL, field: bigger}).memory_needs()
+    assert large[f"moe_{field}"] > small[f"moe_{field}"]
+    assert all(large[k] >= v for k, v in small.items())
