@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib.records import RESULTS_SUFFIX, load_records, verdict
+from kernel_lib.records import notebook_records, verdict
 
 RUN_FILE = "run.json"  # as kernel_lib.runner.RUN_FILE
 RUN_PREFIX = "run-"  # the runs of a repeated report: OUT/run-1/ ... OUT/run-N/
@@ -117,11 +117,7 @@ def write_aggregate_run(folder: str | Path, base: dict) -> dict:
 
 def run_records(folder: str | Path) -> pd.DataFrame:
     """Every record of every run of a repeated report, with `notebook` and `run` (its folder)."""
-    frames = [
-        load_records(path).assign(notebook=path.name[: -len(RESULTS_SUFFIX)], run=run.name)
-        for run in run_folders(folder)
-        for path in sorted(run.glob(f"*{RESULTS_SUFFIX}"))
-    ]
+    frames = [notebook_records(run).assign(run=run.name) for run in run_folders(folder)]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

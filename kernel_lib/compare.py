@@ -57,6 +57,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
+from kernel_lib import aggregate
 from kernel_lib.records import RESULTS_SUFFIX, record_id
 
 ALPHA = 0.05
@@ -64,7 +65,6 @@ MIN_RUNS = 3  # runs a side before the permutation test can confirm a verdict
 DEFAULT_FACTOR = 1.1
 EXACT_LIMIT = 200_000  # relabellings enumerated exactly; beyond it, a seeded random sample
 SAMPLED_RELABELLINGS = 100_000
-RUN_PREFIX = "run-"  # the runs of a repeated report: OUT/run-1/ ... OUT/run-N/
 FAILING = ("slower", "lost")  # verdicts that make the exit code 1
 # Timing-derived metrics are not correctness figures: they vary with the timing itself.
 TIMING_METRIC_MARKS = ("per_s", "tflops", "gbps", "_ms", "us_per", "seconds")
@@ -120,15 +120,7 @@ def run_folders(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise CompareError(f"{folder}: no such folder")
-    subs = sorted(
-        (
-            p
-            for p in folder.glob(f"{RUN_PREFIX}*")
-            if p.is_dir() and p.name[len(RUN_PREFIX) :].isdigit()
-        ),
-        key=lambda p: int(p.name[len(RUN_PREFIX) :]),
-    )
-    runs = subs or [folder]
+    runs = aggregate.run_folders(folder) or [folder]
     for run in runs:
         if not any(run.glob(f"*{RESULTS_SUFFIX}")):
             raise CompareError(f"{run}: not a report folder (no *{RESULTS_SUFFIX})")

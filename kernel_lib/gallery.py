@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from kernel_lib.aggregate import aggregate_records, counts, repeat_of, run_folders
-from kernel_lib.records import RESULTS_SUFFIX, load_records
+from kernel_lib.records import notebook_records
 
 RUN_FILE = "run.json"  # as kernel_lib.runner.RUN_FILE
 GALLERY = "index.html"
@@ -44,13 +44,9 @@ def report_records(folder: str | Path) -> pd.DataFrame:
     folder = Path(folder)
     if repeat_of(folder) > 1:
         return aggregate_records(folder)
-    frames = [
-        load_records(path).assign(notebook=path.name[: -len(RESULTS_SUFFIX)])
-        for path in sorted(folder.glob(f"*{RESULTS_SUFFIX}"))
-    ]
-    frames = [f for f in frames if not f.empty]
-    if frames:
-        return pd.concat(frames, ignore_index=True)
+    records = notebook_records(folder)
+    if not records.empty:
+        return records
     if (folder / "results.csv").exists():
         try:
             return pd.read_csv(folder / "results.csv", low_memory=False)

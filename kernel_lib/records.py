@@ -400,6 +400,17 @@ def load_records(path: str | Path) -> pd.DataFrame:
     return to_frame_with_verdict(rows)
 
 
+def notebook_records(folder: str | Path) -> pd.DataFrame:
+    """Every record of a report folder with a `notebook` column (from `<notebook>.results.json`);
+    empty when it holds none."""
+    frames = [
+        load_records(path).assign(notebook=path.name[: -len(RESULTS_SUFFIX)])
+        for path in sorted(Path(folder).glob(f"*{RESULTS_SUFFIX}"))
+    ]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 SUMMARY_COLUMNS = [
     "case", "implementation", "dtype", "mode", "median_ms", "p10_ms", "p90_ms", "reps", "tflops",
     "gbps", "fraction_of_peak", "ratio_vs_baseline", "ratio_low", "ratio_high", "verdict",
