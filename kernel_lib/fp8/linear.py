@@ -58,7 +58,7 @@ class Fp8LinearConfig:
             raise ValueError(f"quantizer={self.quantizer!r} must be one of {list(QUANTIZERS)}")
         if self.quantizer == "triton" and (
             self.recipe.mode is ScalingMode.DELAYED
-            or self.recipe.granularity is Granularity.BLOCKWISE
+            or self.recipe.granularity not in (Granularity.TENSORWISE, Granularity.ROWWISE)
         ):
             raise NotImplementedError(
                 "quantizer='triton' is built for dynamic tensorwise/rowwise only"

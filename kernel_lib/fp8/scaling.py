@@ -1,7 +1,11 @@
-"""Scaling recipes: tensorwise, rowwise and 128x128 blockwise amax; dynamic and delayed (amax history) scales.
+"""Scaling recipes: tensorwise, rowwise, blockwise (128x128 and 1x128, the DeepSeek-V3 recipe,
+arXiv:2412.19437 section 3.3) and MX (1x32 power-of-two scales, OCP Microscaling Formats v1.0) amax;
+dynamic and delayed (amax history) scales.
 
-Convention: a *quantisation* scale s maps x to x * s in FP8 range (s = fp8_max / amax); dequantisation,
-and `torch._scaled_mm`'s scale_a/scale_b, use the inverse 1 / s.
+Convention: a *quantisation* scale s maps x to x * s in FP8 range (s = fp8_max / amax; MX:
+s = 2**(emax_elem - floor(log2(amax)))); dequantisation, and `torch._scaled_mm`'s scale_a/scale_b,
+use the inverse 1 / s. A K (or M) that is not a multiple of the block leaves a partial last block,
+scaled by the amax of the elements it has (as if zero-padded).
 """
 
 from __future__ import annotations
@@ -14,14 +18,18 @@ import torch
 
 from kernel_lib.fp8.formats import Fp8Format, format_info
 
-BLOCK = 128  # DeepSeek-V3 style 128x128 weight blocks
+BLOCK = 128  # DeepSeek-V3 style 128x128 weight blocks and 1x128 activation blocks
+MX_BLOCK = 32  # OCP MX: 32 consecutive elements along K share one scale
+E8M0_MIN_EXP, E8M0_MAX_EXP = -127, 127  # the exponents an e8m0 scale (torch.float8_e8m0fnu) holds
 AMAX_EPS = 1e-12  # an all-zero tensor gets scale fp8_max / 1e-12 rather than inf (as torchao does)
 
 
 class Granularity(str, Enum):
     TENSORWISE = "tensorwise"  # one scale: fastest, one outlier shrinks every value's resolution
     ROWWISE = "rowwise"  # one scale per row (per token / per output channel): handles outlier rows
-    BLOCKWISE = "blockwise"  # one scale per 128x128 block of a 2-D tensor
+    BLOCKWISE = "blockwise"  # one scale per 128x128 block of a 2-D tensor (DeepSeek-V3 weights)
+    BLOCKWISE_1X128 = "blockwise_1x128"  # one per row per 128 along K (DeepSeek-V3 activations)
+    MX = "mx"  # one power-of-two (e8m0) scale per row per 32 along K: MXFP8 (e4m3fn, e5m2 only)
 
 
 class ScalingMode(str, Enum):
@@ -30,6 +38,13 @@ class ScalingMode(str, Enum):
 
 
 GRANULARITIES = tuple(g.value for g in Granularity)
+# (rows, columns) of one scaling block, for the block granularities; 1-row blocks run along K of
+# any (..., K) tensor, 128x128 blocks need a 2-D one.
+BLOCK_SHAPES = {
+    Granularity.BLOCKWISE: (BLOCK, BLOCK),
+    Granularity.BLOCKWISE_1X128: (1, BLOCK),
+    Granularity.MX: (1, MX_BLOCK),
+}
 MODES = tuple(m.value for m in ScalingMode)
 
 
@@ -83,17 +98,27 @@ def scaling_recipe(name: str) -> ScalingRecipe:
 
 
 def scale_shape(shape: tuple[int, ...], gran: Granularity) -> tuple[int, ...]:
-    """Shape of the scale for a tensor of `shape`: (), (..., 1) or (ceil(M/128), ceil(K/128))."""
+    """Shape of the scale for a tensor of `shape`: (), (..., 1), (ceil(M/128), ceil(K/128)) or,
+    for 1-row blocks of width b, (..., ceil(K/b))."""
     if gran is Granularity.TENSORWISE:
         return ()
     if gran is Granularity.ROWWISE:
         return (*shape[:-1], 1)
-    return (math.ceil(shape[0] / BLOCK), math.ceil(shape[1] / BLOCK))
+    rows, cols = BLOCK_SHAPES[gran]
+    if rows == 1:
+        return (*shape[:-1], math.ceil(shape[-1] / cols))
+    return (math.ceil(shape[0] / rows), math.ceil(shape[1] / cols))
 
 
-def _pad_to_blocks(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    m, k = x.shape
-    return torch.nn.functional.pad(x, (0, -k % BLOCK, 0, -m % BLOCK), value=fill)
+def _block_amax(a: torch.Tensor, gran: Granularity) -> torch.Tensor:
+    """max of the non-negative `a` per block: zero padding to whole blocks leaves it unchanged."""
+    rows, cols = BLOCK_SHAPES[gran]
+    if rows == 1:
+        p = torch.nn.functional.pad(a, (0, -a.shape[-1] % cols))
+        return p.reshape(*p.shape[:-1], p.shape[-1] // cols, cols).amax(dim=-1)
+    m, k = a.shape
+    p = torch.nn.functional.pad(a, (0, -k % cols, 0, -m % rows))
+    return p.reshape(p.shape[0] // rows, rows, p.shape[1] // cols, cols).amax(dim=(1, 3))
 
 
 def amax(x: torch.Tensor, gran: Granularity | str) -> torch.Tensor:
@@ -104,9 +129,7 @@ def amax(x: torch.Tensor, gran: Granularity | str) -> torch.Tensor:
         return a.max().float()  # not amax(): torch_xla 2.9 reads amax() as "reduce no dim"
     if gran is Granularity.ROWWISE:
         return a.amax(dim=-1, keepdim=True).float()
-    p = _pad_to_blocks(a)
-    blocks = p.reshape(p.shape[0] // BLOCK, BLOCK, p.shape[1] // BLOCK, BLOCK)
-    return blocks.amax(dim=(1, 3)).float()
+    return _block_amax(a, gran).float()
 
 
 def scale_from_amax(
@@ -119,15 +142,33 @@ def scale_from_amax(
     return torch.div(torch.tensor(fmax, dtype=torch.float32, device=amax.device), denominator)
 
 
+def emax_elem(fmt: Fp8Format | str) -> int:
+    """floor(log2(fp8_max)): the largest exponent of the element format (e4m3fn 8, e5m2 15)."""
+    return math.floor(math.log2(format_info(fmt).max))
+
+
+def mx_scale_from_amax(amax: torch.Tensor, fmt: Fp8Format | str) -> torch.Tensor:
+    """MX quantisation scale 2**-e in fp32, e = floor(log2(amax)) - emax_elem clamped to the e8m0
+    range; amax 0 (or subnormal) gives e = -127. The exponent is read from amax's fp32 bits
+    (exact, no log2 rounding): a subnormal or zero amax reads as -127, which clamps the same."""
+    biased = (amax.float().view(torch.int32) >> 23) & 0xFF
+    e = (biased - 127 - emax_elem(fmt)).clamp(E8M0_MIN_EXP, E8M0_MAX_EXP)
+    # -e lies in [-119, 127] (amax <= fp32 max): a normal fp32 power of two, built from its bits
+    return ((127 - e) << 23).view(torch.float32)
+
+
 def broadcast_scale(
     scale: torch.Tensor, shape: tuple[int, ...], gran: Granularity | str
 ) -> torch.Tensor:
     """`scale` expanded to one value per element of a tensor of `shape`."""
     gran = granularity(gran)
-    if gran is not Granularity.BLOCKWISE:
+    if gran not in BLOCK_SHAPES:
         return scale
-    full = scale.repeat_interleave(BLOCK, dim=0).repeat_interleave(BLOCK, dim=1)
-    return full[: shape[0], : shape[1]]
+    rows, cols = BLOCK_SHAPES[gran]
+    full = scale.repeat_interleave(cols, dim=-1)[..., : shape[-1]]
+    if rows == 1:
+        return full
+    return full.repeat_interleave(rows, dim=0)[: shape[0]]
 
 
 def delayed_scale(

@@ -9,11 +9,13 @@ from kernel_lib.fp8.formats import format_info
 from kernel_lib.fp8.reference import round_to_format
 from kernel_lib.fp8.scaling import (
     BLOCK,
+    MX_BLOCK,
     CastStats,
     ScalingRecipe,
     amax,
     cast_stats,
     delayed_scale,
+    mx_scale_from_amax,
     push_amax,
     scale_from_amax,
     scale_shape,
@@ -30,6 +32,42 @@ def _blockwise_amax_loop(x):
         for j in range(cols):
             out[i, j] = x[i * BLOCK : (i + 1) * BLOCK, j * BLOCK : (j + 1) * BLOCK].abs().max()
     return out
+
+
+def _row_block_amax_loop(x, width):
+    blocks = [x[..., j : j + width].abs().amax(dim=-1) for j in range(0, x.shape[-1], width)]
+    return torch.stack(blocks, dim=-1)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    lead=st.lists(st.integers(1, 5), min_size=1, max_size=2),
+    k=st.integers(1, 300),
+    seed=st.integers(0, 99),
+)
+def test_row_block_amax_matches_loops_on_partial_blocks(lead, k, seed):
+    x = wide_tensor((*lead, k), seed=seed)
+    for gran, width in (("blockwise_1x128", BLOCK), ("mx", MX_BLOCK)):
+        got = amax(x, gran)
+        assert got.shape == (*lead, -(-k // width))
+        assert torch.equal(got, _row_block_amax_loop(x, width)), gran
+
+
+@pytest.mark.parametrize("fmt, emax", [("e4m3fn", 8), ("e5m2", 15)])
+def test_mx_scale_is_the_ocp_power_of_two(fmt, emax):
+    f32 = torch.finfo(torch.float32)
+    amaxes = torch.tensor([448.0, 1.0, 0.75, 3.999, 4.0, 0.0, 1e-40, f32.max, f32.tiny])
+    want = []
+    for a in amaxes.tolist():  # 2 ** -(floor(log2(amax)) - emax), the exponent clamped to e8m0
+        e = -127 if a == 0 else max(-127, min(127, math.floor(math.log2(a)) - emax))
+        want.append(2.0**-e)
+    assert mx_scale_from_amax(amaxes, fmt).tolist() == want
+
+
+def test_mx_scale_floors_not_ceils():
+    # teeth: amax 3.999 -> floor(log2) = 1, so 3.999 * 2**7 = 512 saturates at 448 (OCP's rule);
+    # a ceil would give 2**6 and no saturation
+    assert mx_scale_from_amax(torch.tensor(3.999), "e4m3fn").item() == 2.0**7
 
 
 @settings(max_examples=10, deadline=None)
@@ -58,6 +96,8 @@ def test_unknown_recipe_and_bad_fields():
         scaling_recipe("blockwise_delayed_x")
     with pytest.raises(ValueError, match="granularity"):
         ScalingRecipe(granularity="colwise")
+    with pytest.raises(NotImplementedError, match="mx"):
+        ScalingRecipe(granularity="mx", mode="delayed")
     with pytest.raises(ValueError, match="mode"):
         ScalingRecipe(mode="static")
     with pytest.raises(ValueError, match="history_len"):
