@@ -30,7 +30,7 @@ ifneq ($(filter gcp-tpu-% xla-cpu,$(PLATFORM)),)
 report: xla-report
 else
 report: setup
-	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT))
+	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(ONLY),--only $(ONLY))
 endif
 
 test: lint
@@ -91,4 +91,32 @@ xla-test: xla-setup
 	PJRT_DEVICE=CPU $(XLA_PY) -m kernel_lib run --platform xla-cpu --out .cache/xla-cpu
 
 xla-report: xla-setup
-	PJRT_DEVICE=$(XLA_PJRT) $(XLA_PY) -m kernel_lib run --platform $(XLA_PLATFORM) $(if $(REPEAT),--repeat $(REPEAT))
+	PJRT_DEVICE=$(XLA_PJRT) $(XLA_PY) -m kernel_lib run --platform $(XLA_PLATFORM) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(ONLY),--only $(ONLY))
+
+# ---------------------------------------------------------------------------------------------------
+# Cloud fan-out (kernel_lib/cloud, SkyPilot): SkyPilot and its cloud SDKs get their own venv,
+# .venv-cloud, layered over .venv (a .pth file adds .venv's packages after its own), so
+# `python -m kernel_lib cloud` has both without installing torch twice (~1 min, ~0.8 GB).
+#   make cloud-setup    then: .venv-cloud/bin/sky check; .venv-cloud/bin/python -m kernel_lib cloud ...
+#   make cloud-test     the offline tests of tests/cloud (task files, optimizer, run + collect) (.ci/cloud)
+CLOUD_VENV := .venv-cloud
+CLOUD_PY := $(CLOUD_VENV)/bin/python
+CLOUD_STAMP := $(CLOUD_VENV)/.installed
+SITE_PACKAGES := import site; print(site.getsitepackages()[0])
+
+.PHONY: cloud-setup cloud-test
+
+$(CLOUD_PY):
+	$(PYTHON) -m venv $(CLOUD_VENV)
+	echo '*' > $(CLOUD_VENV)/.gitignore
+
+$(CLOUD_STAMP): requirements-cloud.txt $(STAMP) | $(CLOUD_PY)
+	echo "import site; site.addsitedir('$$($(PY) -c '$(SITE_PACKAGES)')')" \
+	  > "$$($(CLOUD_PY) -c '$(SITE_PACKAGES)')/kernel_workbook_venv.pth"
+	$(CLOUD_PY) -m pip install --disable-pip-version-check -q -r requirements-cloud.txt
+	touch $@
+
+cloud-setup: $(CLOUD_STAMP)
+
+cloud-test: cloud-setup
+	$(CLOUD_PY) -m pytest -q tests/cloud

@@ -1,5 +1,5 @@
-"""`python -m kernel_lib {run,report,platforms,bench,check,compare,export,params}`: the functions the Makefile
-calls, and the tools that compare and export reports.
+"""`python -m kernel_lib {run,report,platforms,bench,check,compare,export,params,cloud}`: the functions the
+Makefile calls, the tools that compare and export reports, and the cloud fan-out (kernel_lib.cloud).
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed, 2 bad input (nothing ran).
 `compare`: 0 nothing slower or lost, 1 something slower or lost, 2 bad input.
@@ -260,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     params.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
     params.add_argument("--markdown", action="store_true", help="markdown tables (README)")
     params.set_defaults(func=cmd_params)
+
+    from kernel_lib.cloud.cli import add_parser as add_cloud_parser
+
+    add_cloud_parser(sub)
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["compare"]:

@@ -1,0 +1,56 @@
+"""`cloud collect`: each platform's report from the bucket (or a local folder) into
+outputs/<platform>/, then those reports and the gallery rebuilt from their records, as
+`python -m kernel_lib report` does."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from kernel_lib.cloud.tasks import BUCKET_SCHEMES
+from kernel_lib.gallery import build_gallery, rebuild_reports, report_folders
+from kernel_lib.params import ParameterError
+
+
+def download(bucket: str, folder: Path) -> None:
+    """Copy `bucket` (gs:// or s3://) into `folder` with the command SkyPilot itself uses (gsutil
+    rsync or aws s3 sync, installing gsutil if it is missing)."""
+    from kernel_lib.cloud.jobs import require_sky
+
+    require_sky()
+    from sky import cloud_stores
+
+    command = cloud_stores.get_storage_from_path(bucket).make_sync_dir_command(bucket, str(folder))
+    if subprocess.run(["bash", "-c", command]).returncode != 0:
+        raise ParameterError(f"could not copy {bucket} (see the error above): {command}")
+
+
+def collect(
+    source: str, outputs: Path, platforms: list[str] | None = None
+) -> tuple[list[Path], Path]:
+    """Copy every report folder (one with run.json) in `source`, a bucket URL or a local folder,
+    of `platforms` (default all) to `outputs/<platform>/`, replacing what was there; rebuild those
+    reports and `outputs/index.html`. Returns the reports' index.html files and the gallery."""
+    with tempfile.TemporaryDirectory(prefix="kernel-workbook-collect-") as tmp:
+        if source.startswith(BUCKET_SCHEMES):
+            folder = Path(tmp)
+            download(source, folder)
+        else:
+            folder = Path(source)
+            if not folder.is_dir():
+                raise ParameterError(
+                    f"{source!r} is neither a bucket URL ({', '.join(BUCKET_SCHEMES)}) nor a folder"
+                )
+        reports = [r for r in report_folders(folder) if platforms is None or r.name in platforms]
+        if not reports:
+            raise ParameterError(f"no finished report (<platform>/run.json) in {source}")
+        copied = []
+        for report in reports:
+            target = Path(outputs) / report.name
+            if target.resolve() != report.resolve():  # collecting outputs/ itself: nothing to copy
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(report, target)
+            copied.append(target)
+    return rebuild_reports(copied, outputs=outputs), build_gallery(outputs)

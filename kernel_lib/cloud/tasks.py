@@ -1,0 +1,151 @@
+"""One SkyPilot task per platform, from one template: the platform's accelerator, its set-up and
+`make report PLATFORM=... REPEAT=...`, whose report is copied into a bucket mounted at /results.
+
+Plain data (dicts and YAML text): nothing here imports SkyPilot, so `--dry-run` works without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from kernel_lib.params import ROOT, ParameterError, load_plan
+
+RESULTS = "/results"  # where the bucket is mounted on the VM
+BUCKET_SCHEMES = ("gs://", "s3://")
+JOB_PREFIX = "kernel-workbook-"  # managed job name: JOB_PREFIX + platform
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a platform asks SkyPilot for."""
+
+    accelerator: str | None  # SkyPilot's accelerator name and count; None: a CPU VM
+    cloud: str | None = None  # pinned where the platform is one cloud's offer; None: cheapest
+    setup: str = "setup"  # the make target that builds the platform's environment
+    accelerator_args: dict | None = None
+    torch_index: str | None = None  # pip index of the torch build (ROCm: not PyPI's CUDA build)
+    disk_gb: int = 100  # the CUDA build of torch and the Inductor cache need tens of GB
+
+
+# The accelerators of parameters/<platform>.yaml, by SkyPilot's names. A platform not listed here
+# nor in MANUAL runs on a CPU VM (cpu, ci, xla-cpu).
+TARGETS = {
+    "gcp-l4": Target("L4:1", cloud="gcp"),  # g2-standard-4
+    "aws-a10g": Target("A10G:1", cloud="aws"),  # g5.xlarge
+    "h100": Target("H100:1"),  # GCP a3-highgpu-1g, AWS p5.4xlarge, Lambda, RunPod, ...
+    "h200": Target("H200:1"),  # clouds that rent one H200 (GCP and AWS rent 8 per VM)
+    # RunPod, or a Kubernetes cluster that has them; torch from PyTorch's ROCm index
+    "amd-mi300x": Target("MI300X:1", torch_index="https://download.pytorch.org/whl/rocm6.4"),
+    "gcp-tpu-v5e": Target(
+        "tpu-v5litepod-8",
+        cloud="gcp",
+        setup="xla-setup",
+        accelerator_args={"runtime_version": "v2-alpha-tpuv5-lite"},
+    ),
+}
+CPU_VM = Target(None)
+# Platforms no SkyPilot catalog offers: the reason, and what to do instead.
+MANUAL = {
+    "intel-max1550": "no SkyPilot catalog offers the Intel Max 1550: run it on your own host "
+    "(an SSH node pool, or by hand: README 'Run on every cloud platform')",
+}
+
+# The README's set-up: make and the venv module where the image lacks them, torch from its own
+# index where PyPI's build is not the platform's (ROCm), then `make setup` (`make xla-setup` on TPU).
+SETUP = """\
+set -e
+if ! command -v make >/dev/null || ! python3 -c 'import ensurepip' 2>/dev/null; then
+  sudo apt-get update -q && sudo apt-get install -y -q make python3-venv
+fi
+if [ -n "$TORCH_INDEX_URL" ]; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q "$(grep -o '^torch==[0-9.]*' requirements.txt)" --index-url "$TORCH_INDEX_URL"
+fi
+make {setup} PLATFORM=$PLATFORM
+"""
+# The report is copied into the bucket even when a notebook failed (its report says which);
+# the job's exit status is make's.
+RUN = """\
+make report PLATFORM=$PLATFORM REPEAT=$REPEAT ONLY=$ONLY
+status=$?
+if [ -d "outputs/$PLATFORM" ]; then
+  mkdir -p "$RESULTS/$PLATFORM" && cp -r "outputs/$PLATFORM/." "$RESULTS/$PLATFORM/"
+fi
+exit $status
+"""
+
+
+def target(platform: str) -> Target:
+    """The resources `platform` asks for; ParameterError for an unknown or manual-only one."""
+    if platform in MANUAL:
+        raise ParameterError(f"platform {platform!r}: {MANUAL[platform]}")
+    load_plan(platform)  # an unknown platform, or a bad parameter file, fails here
+    return TARGETS.get(platform, CPU_VM)
+
+
+def check_bucket(bucket: str) -> str:
+    if not bucket.startswith(BUCKET_SCHEMES) or len(bucket.split("://", 1)[1].strip("/")) == 0:
+        raise ParameterError(
+            f"--bucket {bucket!r} must be a bucket URL starting with {' or '.join(BUCKET_SCHEMES)}"
+        )
+    return bucket.rstrip("/")
+
+
+def task_config(
+    platform: str,
+    *,
+    bucket: str | None = None,
+    repeat: int = 1,
+    spot: bool = False,
+    only: list[str] | None = None,
+) -> dict:
+    """The SkyPilot task (as its YAML mapping) that runs `platform`'s report and copies it into
+    `bucket` (gs:// or s3://; None: no mount, for --dry-run and local runs)."""
+    spec = target(platform)
+    if only:
+        load_plan(platform, only=only)  # names a notebook the platform does not run: fails here
+    resources = {"disk_size": spec.disk_gb, "use_spot": spot}
+    if spec.accelerator:
+        resources["accelerators"] = spec.accelerator
+    else:
+        resources["cpus"] = "8+"
+    if spec.cloud:
+        resources["infra"] = spec.cloud
+    if spec.accelerator_args:
+        resources["accelerator_args"] = spec.accelerator_args
+    config = {
+        "name": JOB_PREFIX + platform,
+        "resources": resources,
+        "workdir": str(ROOT),
+        "envs": {
+            "PLATFORM": platform,
+            "REPEAT": str(repeat),
+            "ONLY": ",".join(only or []),
+            "RESULTS": RESULTS,
+            "TORCH_INDEX_URL": spec.torch_index or "",
+        },
+        "setup": SETUP.format(setup=spec.setup),
+        "run": RUN,
+    }
+    if bucket:
+        config["file_mounts"] = {RESULTS: {"source": check_bucket(bucket), "mode": "MOUNT"}}
+    return config
+
+
+def _literal_blocks(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(str, _literal_blocks)
+
+
+def task_yaml(config: dict) -> str:
+    """The task as SkyPilot YAML (scripts as literal blocks, keys in the order built)."""
+    return yaml.dump(config, Dumper=_Dumper, sort_keys=False, width=99)

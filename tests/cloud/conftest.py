@@ -1,0 +1,68 @@
+"""SkyPilot offline: its state and catalogs under a temporary SKY_RUNTIME_DIR (set before `sky` is
+first imported), a fixture catalog there, and GCP enabled by monkeypatch as SkyPilot's own tests do
+(tests/common_test_fixtures.py `enable_all_clouds`): no credentials, no network."""
+
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("sky") is not None:
+    os.environ["SKY_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="sky-runtime-")
+
+# Reason shown where SkyPilot is absent (`make test` runs in .venv, SkyPilot lives in .venv-cloud).
+NO_SKY = "SkyPilot is installed in .venv-cloud only: run `make cloud-test`"
+
+COLUMNS = "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice"
+# A few rows in the hosted catalog's format (skypilot-catalog catalogs/v8/gcp/vms.csv): host VMs
+# without accelerators, and accelerators with no instance type (SkyPilot pairs them with hosts).
+GCP_VMS = """\
+n2-standard-8,8.0,32.0,,,,us-central1,us-central1-a,0.38852,0.0935
+n1-highmem-8,8.0,52.0,,,,us-central1,us-central1-a,0.47321,0.09962
+g2-standard-4,4.0,16.0,,,,us-central1,us-central1-a,0.17,0.068
+g2-standard-8,8.0,32.0,,,,us-central1,us-central1-a,0.34,0.136
+a3-highgpu-1g,26.0,234.0,,,,us-central1,us-central1-a,1.18251,0.36117
+,,,L4,1,L4,us-central1,us-central1-a,0.56,0.224
+,,,H100,1,H100,us-central1,us-central1-a,9.79,2.94
+,,,tpu-v5litepod-8,1,tpu-v5litepod-8,us-central1,us-central1-a,9.6,4.2
+"""
+ACCELERATOR_CLOUDS = """\
+AcceleratorName,Clouds
+A10G,['AWS']
+H100,"['AWS', 'GCP']"
+H200,"['AWS', 'GCP']"
+L4,"['AWS', 'GCP']"
+MI300X,['RunPod']
+tpu-v5litepod,['GCP']
+"""
+
+
+def _write_catalog(root: Path) -> None:
+    """SkyPilot reads its catalogs lazily, on first use, from here (else it downloads them)."""
+    catalog = root / ".sky" / "catalogs" / "v8"
+    files = {
+        "gcp/vms.csv": f"{COLUMNS}\n{GCP_VMS}",
+        "gcp/images.csv": "Tag,Region,OS,OSVersion,ImageId,CreationDate\n",
+        "gcp/accelerator_quota_mapping.csv": "Accelerator,OnDemandQuotaCode,SpotQuotaCode\n",
+        "common/accelerators.csv": ACCELERATOR_CLOUDS,
+    }
+    for name, text in files.items():
+        (catalog / name).parent.mkdir(parents=True, exist_ok=True)
+        (catalog / name).write_text(text)
+
+
+@pytest.fixture
+def gcp_enabled(monkeypatch):
+    """The fixture catalog in place and GCP the one enabled cloud, offline."""
+    sky = pytest.importorskip("sky", reason=NO_SKY)
+    _write_catalog(Path(os.environ["SKY_RUNTIME_DIR"]))
+    monkeypatch.setattr(
+        "sky.check.get_cached_enabled_clouds_or_refresh", lambda *a, **k: [sky.clouds.GCP()]
+    )
+    monkeypatch.setattr(
+        "sky.clouds.utils.gcp_utils.list_reservations_for_instance_type_in_zone",
+        lambda *a, **k: [],
+    )
+    return sky

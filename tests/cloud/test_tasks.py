@@ -1,0 +1,89 @@
+"""The task files and the `cloud` command's checks: plain Python, no SkyPilot needed."""
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from kernel_lib.__main__ import main
+from kernel_lib.cloud import jobs
+from kernel_lib.cloud.tasks import JOB_PREFIX, MANUAL, RESULTS, TARGETS, task_config, task_yaml
+from kernel_lib.params import ParameterError, list_platforms
+
+
+def test_every_target_is_a_platform_file():
+    assert set(TARGETS) | set(MANUAL) <= set(list_platforms())
+
+
+@pytest.mark.parametrize("platform", ["gcp-l4", "h100", "gcp-tpu-v5e", "ci"])
+def test_task_runs_make_report_for_its_platform_into_the_bucket(platform):
+    config = task_config(platform, bucket="gs://b/run-1/", repeat=3, spot=True)
+    assert config["name"] == JOB_PREFIX + platform
+    assert config["envs"]["PLATFORM"] == platform and config["envs"]["REPEAT"] == "3"
+    assert "make report PLATFORM=$PLATFORM REPEAT=$REPEAT" in config["run"]
+    assert config["file_mounts"][RESULTS] == {"source": "gs://b/run-1", "mode": "MOUNT"}
+    assert config["resources"]["use_spot"] is True
+    assert yaml.safe_load(task_yaml(config)) == config
+
+
+def test_tpu_task_sets_up_the_xla_environment_with_its_runtime():
+    config = task_config("gcp-tpu-v5e")
+    assert config["resources"]["accelerators"] == "tpu-v5litepod-8"
+    assert config["resources"]["accelerator_args"]["runtime_version"] == "v2-alpha-tpuv5-lite"
+    assert "make xla-setup" in config["setup"]
+    assert "file_mounts" not in config
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"platform": "intel-max1550"}, "intel-max1550.*SSH node pool"),
+        ({"platform": "nope"}, "unknown platform 'nope'"),
+        ({"platform": "h100", "bucket": "/tmp/b"}, "--bucket '/tmp/b' must be a bucket URL"),
+        ({"platform": "gcp-tpu-v5e", "only": ["moe"]}, "--only"),
+    ],
+)
+def test_bad_input_is_refused_before_any_launch(kwargs, match):
+    with pytest.raises(ParameterError, match=match):
+        task_config(**kwargs)
+
+
+def test_dry_run_prints_the_task_and_its_resources(capsys):
+    assert main(["cloud", "launch", "--platforms", "h100", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# h100: H100:1 on the cheapest enabled cloud, 100 GB disk, on-demand")
+    assert yaml.safe_load(out.split("\n", 1)[1])["resources"]["accelerators"] == "H100:1"
+
+
+def test_launch_needs_a_bucket(capsys):
+    assert main(["cloud", "launch", "--platforms", "h100"]) == 2
+    assert "--bucket gs://... or s3://... is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "action", [["launch", "--platforms", "h100", "--bucket", "gs://b"], ["status"], ["down"]]
+)
+def test_without_skypilot_the_error_names_make_cloud_setup(monkeypatch, capsys, action):
+    monkeypatch.setitem(sys.modules, "sky", None)  # `import sky` raises ImportError
+    assert main(["cloud", *action]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: SkyPilot is not installed here: run `make cloud-setup`")
+    assert err.count("\n") == 1
+
+
+def test_without_an_enabled_cloud_the_error_names_sky_check():
+    sky = SimpleNamespace(get=lambda request: request, enabled_clouds=lambda: [])
+    with pytest.raises(ParameterError, match="no cloud is enabled.*sky check"):
+        jobs.require_cloud(sky)
+
+
+def test_status_takes_each_platforms_latest_job():
+    def job(job_id, name):
+        return SimpleNamespace(job_id=job_id, job_name=name)
+
+    records = [job(3, JOB_PREFIX + "h100"), job(1, JOB_PREFIX + "h100"), job(2, "other")]
+    records.append(job(4, JOB_PREFIX + "gcp-l4"))
+    latest = jobs.platform_jobs(records)
+    assert {p: r.job_id for p, r in latest.items()} == {"h100": 3, "gcp-l4": 4}
+    assert list(jobs.platform_jobs(records, ["gcp-l4"])) == ["gcp-l4"]
