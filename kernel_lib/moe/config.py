@@ -18,6 +18,7 @@ from kernel_lib.config import (
 )
 from kernel_lib.moe.experts import ACTIVATIONS
 from kernel_lib.moe.layers import LayerType
+from kernel_lib.moe.presets import PRESETS
 from kernel_lib.moe.strategies import STRATEGIES
 
 LAYER_TYPES = tuple(t.value for t in LayerType)
@@ -90,6 +91,28 @@ class MoEBenchConfig:
     min_time_s: float = param(
         0.2, "timing budget per candidate and measurement (s); a finite number > 0"
     )
+    presets: tuple = param(
+        tuple(PRESETS), f"model presets timed with their own routing; any of {_any_of(PRESETS)}"
+    )
+    preset_scale: float = param(
+        0.0625,
+        "factor on each preset's D and F (rounded to multiples of 16; 1 = the published "
+        "model); 0 < s <= 1",
+    )
+    preset_tokens: int = param(2048, "tokens T per preset case; a whole number > 0")
+    preset_zipf: float = param(
+        0.1,
+        "Zipf exponent of expert popularity in the preset cases and the load simulation "
+        "(0: no skew); a finite number >= 0",
+    )
+    balance_preset: str = param(
+        "deepseek-v3", f"preset of the load-balancing simulation; one of {_any_of(PRESETS)}"
+    )
+    balance_steps: int = param(100, "steps of the load-balancing simulation; a whole number > 0")
+    balance_gamma: float = param(
+        0.01,
+        "aux-loss-free bias step per batch (DeepSeek-V3 trained with 0.001); a finite number > 0",
+    )
 
     def __post_init__(self):
         for f in fields(self):  # lists from YAML become tuples: the config stays hashable
@@ -97,7 +120,7 @@ class MoEBenchConfig:
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
         for name in ("tokens", "hidden", "ffn", "sweep_tokens", "sweep_experts", "sweep_top_k"):
             _positive_ints(getattr(self, name), f"moe_{name}")
-        for name in ("experts", "top_k", "sweep_base_tokens"):
+        for name in ("experts", "top_k", "sweep_base_tokens", "preset_tokens", "balance_steps"):
             _positive_ints((getattr(self, name),), f"moe_{name}")
         for name in ("tokens", "ffn"):
             n = len(self.hidden)
@@ -126,6 +149,18 @@ class MoEBenchConfig:
         parse_choice(self.activation, ACTIVATIONS, param="moe_activation")
         positive(self.capacity_factor, "moe_capacity_factor")
         positive(self.min_time_s, "moe_min_time_s")
+        positive(self.balance_gamma, "moe_balance_gamma")
+        positive(self.preset_scale, "moe_preset_scale")
+        require(self.preset_scale <= 1, "moe_preset_scale", self.preset_scale, "<= 1")
+        require(
+            _finite(self.preset_zipf) and self.preset_zipf >= 0,
+            "moe_preset_zipf",
+            self.preset_zipf,
+            "a finite number >= 0",
+        )
+        for value in self.presets:
+            parse_choice(value, tuple(PRESETS), param="moe_presets")
+        parse_choice(self.balance_preset, tuple(PRESETS), param="moe_balance_preset")
         for name in ("strategies", "compile", "sweep_strategies"):
             for value in getattr(self, name):
                 parse_choice(value, STRATEGIES, param=f"moe_{name}")
@@ -174,6 +209,12 @@ class MoEBenchConfig:
             for n in self.sweep_top_k
         ]
         cases.append((memory_needed(base, d0, f0, e, k, item), ("experts", "top_k", *at_base)))
+        for name in self.presets:  # the preset cases, at their scaled D and F
+            model = PRESETS[name].scaled(self.preset_scale)
+            need = memory_needed(
+                self.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k, item
+            )
+            cases.append((need, ("presets", "preset_scale", "preset_tokens", "dtype")))
         return largest_needs(cases, "moe_")
 
     @property

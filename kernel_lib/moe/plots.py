@@ -39,3 +39,18 @@ def expert_load(rows: list[dict], ax=None):
     ax.set(xlabel="expert", ylabel="assignments (tokens x top-k)", title="Expert load")
     place_legend(ax)
     return ax
+
+
+def load_over_steps(frame: pd.DataFrame, ax=None):
+    """Busiest and idlest expert's load over the mean at each step, one colour per balancing
+    (balancing.load_over_steps rows); 1 is a perfectly balanced step."""
+    ax = ax or plt.subplots(figsize=(8, 4))[1]
+    for (balancing, data), color in zip(frame.groupby("balancing", sort=False), ("C3", "C0")):
+        ax.plot(data["step"], data["max_over_mean"], color=color, label=f"{balancing}: busiest")
+        ax.plot(
+            data["step"], data["min_over_mean"], color=color, ls="--", label=f"{balancing}: idlest"
+        )
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set(xlabel="step (batch)", ylabel="expert load / mean load", title="Expert load over steps")
+    place_legend(ax)
+    return ax

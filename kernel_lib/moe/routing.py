@@ -70,6 +70,12 @@ def from_topk(
     )
 
 
+def _scores(logits: Tensor, score: str) -> Tensor:
+    if score not in SCORES:
+        raise ValueError(f"score={score!r} must be one of {SCORES}")
+    return logits.softmax(-1) if score == "softmax" else logits.sigmoid()
+
+
 def route_topk(
     logits: Tensor, *, top_k: int, score: str = "softmax", renormalize: bool = True
 ) -> Routing:
@@ -78,14 +84,61 @@ def route_topk(
     Scores are computed in fp32 whatever the logits' dtype.
     """
     check_top_k(top_k, logits.shape[-1])
-    if score not in SCORES:
-        raise ValueError(f"score={score!r} must be one of {SCORES}")
     logits = logits.float()
-    scores = logits.softmax(-1) if score == "softmax" else logits.sigmoid()
-    weights, expert_ids = scores.topk(top_k, dim=-1)
+    weights, expert_ids = _scores(logits, score).topk(top_k, dim=-1)
     if renormalize:
         weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-20)
     return from_topk(expert_ids, weights, logits.shape[-1], logits)
+
+
+def route_group_limited(
+    logits: Tensor,
+    *,
+    top_k: int,
+    num_groups: int = 1,
+    top_groups: int = 1,
+    score: str = "sigmoid",
+    bias: Tensor | None = None,
+    renormalize: bool = True,
+    scale: float = 1.0,
+) -> Routing:
+    """Group-limited top-k with a selection bias (DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2).
+
+    logits: (T, E), scored in fp32 (fp64 stays fp64). Experts form `num_groups` contiguous
+    groups of E/G; a group's score is the sum of its two best biased scores (one when E/G = 1);
+    each token keeps its `top_groups` best groups and picks its top-k experts inside them by
+    score + bias. bias: (E,) shifts the choice only (aux-loss-free balancing); the weights are
+    the unbiased scores, renormalised over the K chosen when `renormalize`, times `scale`.
+    num_groups=1 with no bias is route_topk (then times `scale`).
+    """
+    num_tokens, num_experts = logits.shape
+    check_top_k(top_k, num_experts)
+    if num_groups < 1 or num_experts % num_groups:
+        raise ValueError(f"num_groups={num_groups} must divide num_experts={num_experts}")
+    if not 1 <= top_groups <= num_groups:
+        raise ValueError(f"top_groups={top_groups} must be in [1, num_groups={num_groups}]")
+    per_group = num_experts // num_groups
+    if top_k > top_groups * per_group:
+        raise ValueError(
+            f"top_k={top_k} must be <= top_groups x experts per group = {top_groups * per_group}"
+        )
+    if bias is not None and bias.shape != (num_experts,):
+        raise ValueError(f"bias shape {tuple(bias.shape)} must be ({num_experts},)")
+    if logits.dtype != torch.float64:
+        logits = logits.float()
+    scores = _scores(logits, score)
+    choice = scores if bias is None else scores + bias.to(scores)
+    if num_groups > 1:
+        grouped = choice.view(num_tokens, num_groups, per_group)
+        group_score = grouped.topk(min(2, per_group), dim=-1).values.sum(-1)  # (T, G)
+        keep = group_score.topk(top_groups, dim=-1).indices
+        outside = torch.ones_like(group_score, dtype=torch.bool).scatter_(1, keep, False)
+        choice = grouped.masked_fill(outside[..., None], -math.inf).view_as(scores)
+    expert_ids = choice.topk(top_k, dim=-1).indices
+    weights = scores.gather(1, expert_ids)
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-20)
+    return from_topk(expert_ids, weights * scale, num_experts, logits)
 
 
 def route_hash(token_ids: Tensor, *, num_experts: int, top_k: int = 1) -> Routing:

@@ -32,7 +32,9 @@ def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
     ("compile", ["fused"]), ("sweep_strategies", ["x"]), ("layer_types", ["dense"]),
     ("capacity_factor", 0.0), ("capacity_factor", float("inf")), ("imbalance", [float("nan")]),
     ("imbalance", []), ("min_time_s", -1.0), ("sweep_top_k", [1, 9]), ("sweep_experts", [1, 4]),
-    ("backward", "yes"), ("sweep_base_tokens", 0),
+    ("backward", "yes"), ("sweep_base_tokens", 0), ("presets", ["DeepSeek-V3"]),
+    ("preset_scale", 0.0), ("preset_scale", 2.0), ("preset_tokens", 0), ("preset_zipf", -1.0),
+    ("balance_preset", "mixtral"), ("balance_steps", 0), ("balance_gamma", 0.0),
 ])  # fmt: skip
 def test_bad_parameter_is_named(param, value):
     with pytest.raises(ValueError, match=f"moe_{param}="):
@@ -50,7 +52,7 @@ def test_shape_lists_must_have_equal_length():
 
 
 SMALL = dict(tokens=(1024,), hidden=(64,), ffn=(256,), experts=4, top_k=2, sweep_tokens=(8,),
-             sweep_base_tokens=8, sweep_experts=(4,), sweep_top_k=(1,))  # fmt: skip
+             sweep_base_tokens=8, sweep_experts=(4,), sweep_top_k=(1,), presets=())  # fmt: skip
 
 
 def test_memory_needs_of_a_hand_computed_case():
@@ -72,3 +74,12 @@ def test_memory_needs_grow_with_the_size_they_name(field, bigger):
     large = MoEBenchConfig(**{**SMALL, field: bigger}).memory_needs()
     assert large[f"moe_{field}"] > small[f"moe_{field}"]
     assert all(large[k] >= v for k, v in small.items())
+
+
+def test_memory_needs_of_the_presets_follow_their_scaled_sizes():
+    small = MoEBenchConfig(**{**SMALL, "presets": ("deepseek-v3",)}).memory_needs()
+    large = MoEBenchConfig(**{**SMALL, "presets": ("deepseek-v3",), "preset_scale": 0.25})
+    # DeepSeek-V3 at 1/16: D=448, F=128, E=256, K=8, T=2048 (memory_needed's terms)
+    elements = 3 * 2048 * 448 + 4 * 256 * 448 * 256 + 2048 * 8 * (448 + 4 * 128)
+    assert small["moe_preset_scale"] == elements * (2 + 8)
+    assert large.memory_needs()["moe_preset_scale"] > small["moe_preset_scale"]

@@ -9,6 +9,7 @@ from kernel_lib.moe.routing import (
     SwitchRouter,
     TopKRouter,
     route_expert_choice,
+    route_group_limited,
     route_hash,
     route_topk,
 )  # fmt: skip
@@ -98,3 +99,45 @@ def test_dynamic_capacity_factor_follows_imbalance():
     skewed = route_topk(torch.tensor([[1.0, 0, 0, 0]] * 4), top_k=1)
     assert router.capacity_factor_for(balanced) == 1.0
     assert router.capacity_factor_for(skewed) == 2.0
+
+
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+def test_group_limited_with_one_group_and_no_bias_is_route_topk(score):
+    logits = torch.randn(37, 12)
+    fast = route_group_limited(logits, top_k=3, score=score)
+    plain = route_topk(logits, top_k=3, score=score)
+    assert torch.equal(fast.expert_idx, plain.expert_idx)
+    torch.testing.assert_close(fast.weight, plain.weight)
+
+
+def test_group_limited_bias_moves_the_choice_not_the_weights():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    r = route_group_limited(logits, top_k=1, bias=torch.tensor([0.0, 0.0, 0.0, 5.0]))
+    assert r.expert_idx.tolist() == [3]
+    scaled = route_group_limited(logits, top_k=2, renormalize=False, scale=2.5)
+    torch.testing.assert_close(scaled.weight, 2.5 * logits[0, :2].sigmoid())
+
+
+def test_group_limited_keeps_the_best_groups_by_their_top_two_sum():
+    # groups {0,1}: 0.9+0.0, {2,3}: 0.6+0.6 (in sigmoid units via logits); top-1 group wins
+    # on the sum of its best two, so expert 0 (the single best) is excluded.
+    scores = torch.tensor([[0.9, 0.01, 0.6, 0.6]])
+    r = route_group_limited(scores.logit(), top_k=2, num_groups=2, top_groups=1)
+    assert sorted(r.expert_idx.tolist()) == [2, 3]
+    torch.testing.assert_close(r.weight, torch.tensor([0.5, 0.5]))
+
+
+def test_group_limited_keeps_fp64_logits_in_fp64():
+    r = route_group_limited(torch.randn(5, 8, dtype=torch.float64), top_k=2, num_groups=4,
+                            top_groups=2)  # fmt: skip
+    assert r.logits.dtype == torch.float64 and r.counts.sum() == 10
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_groups=3), "num_groups"), (dict(num_groups=4, top_groups=5), "top_groups"),
+    (dict(num_groups=4, top_groups=1, top_k=3), "top_k"), (dict(bias=torch.zeros(7)), "bias"),
+    (dict(score="tanh"), "score"),
+])  # fmt: skip
+def test_group_limited_rejects_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        route_group_limited(torch.zeros(2, 8), **{"top_k": 2, **kwargs})

@@ -1,0 +1,109 @@
+"""The MoE notebook's model-preset section: each preset's routing on its (scaled) shape, every
+dispatch strategy against the dense GEMM pair with the same FLOPs, as records.
+
+Legend: T tokens, D model, F ffn, E experts, K top-k. Routing is the preset's own (scores,
+groups, renormalisation, scaling; gpt-oss's gate bias) on router logits x @ gate plus
+zipf_offsets(moe_preset_zipf); the dispatch candidates and the dense pair are bench.py's, checked
+against the fp64 loop over experts on that routing. Only routed experts are timed: a shared
+expert is one dense FFN on every token, the baseline's own kind of work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+
+from kernel_lib import records as rec
+from kernel_lib.measure import Case, compare
+from kernel_lib.moe.balancing import zipf_offsets
+from kernel_lib.moe.bench import (
+    DENSE,
+    PLAIN,
+    TOPIC,
+    WARMUP,
+    chosen_headline,
+    dense_candidate,
+    memory_reason,
+    strategy_candidate,
+    with_plain,
+)  # fmt: skip
+from kernel_lib.moe.cases import make_case, reference, shape_of
+from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.experts import ACTIVATIONS
+from kernel_lib.moe.presets import MoEPreset, preset, router_logits
+from kernel_lib.platform import DeviceFacts
+
+
+def timed_activation(model: MoEPreset) -> str:
+    """The expert activation the dispatch strategies run for `model`: its own, or plain SwiGLU
+    (same GEMM FLOPs) where experts.activate lacks it (gpt-oss's clamped SwiGLU)."""
+    return model.activation if model.activation in ACTIVATIONS else "swiglu"
+
+
+def preset_kwargs(cfg: MoEBenchConfig, facts: DeviceFacts, model: MoEPreset) -> dict:
+    """make_case arguments of a preset case at moe_preset_tokens."""
+    return {
+        "tokens": cfg.preset_tokens, "hidden": model.hidden, "ffn": model.ffn,
+        "experts": model.num_experts, "top_k": model.top_k, "dtype": cfg.dtype,
+        "activation": timed_activation(model), "device": facts.device,
+    }  # fmt: skip
+
+
+def preset_case(cfg: MoEBenchConfig, facts: DeviceFacts, model: MoEPreset):
+    """make_case's seeded inputs with the routing replaced by `model`'s own: logits x @ gate
+    (+ a seeded N(0, 1) gate bias for biased gates) + Zipf offsets, no selection bias."""
+    case = make_case(**preset_kwargs(cfg, facts, model))
+    gen = torch.Generator().manual_seed(1)
+    gate_bias = torch.randn(model.num_experts, generator=gen) if model.router_bias else None
+    skew = zipf_offsets(model.num_experts, cfg.preset_zipf)
+    logits = router_logits(case.x, case.gate.cpu(), gate_bias).cpu() + skew
+    return dataclasses.replace(case, routing=model.route(logits.to(case.x.device)))
+
+
+def preset_shape(cfg: MoEBenchConfig, model: MoEPreset) -> dict:
+    """The record shape of a preset case: T, D, F, E, K plus what sets its routing."""
+    return {
+        **shape_of(cfg.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k),
+        "preset": model.name, "size_factor": model.size_factor, "zipf": cfg.preset_zipf,
+        "score": model.score, "groups": f"{model.top_groups}/{model.num_groups}",
+        "shared_experts": model.shared_experts, "activation": timed_activation(model),
+    }  # fmt: skip
+
+
+def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
+    """Per preset in moe_presets, scaled by moe_preset_scale: the dense pair and every strategy
+    (eager forward, the plain loop among them) in one interleaved compare against `dense_gemm`
+    (case `preset_<name>`); the dispatch chosen here (bench.chosen_headline) against it is the
+    preset's headline."""
+    out, strategies = [], with_plain(cfg.strategies)
+    for name in cfg.presets:
+        model = preset(name).scaled(cfg.preset_scale)
+        kwargs = preset_kwargs(cfg, facts, model)
+        names = [DENSE] + [f"dispatch_{s}" for s in strategies]
+        what = Case(TOPIC, f"preset_{name}", preset_shape(cfg, model), cfg.dtype, "forward")
+        reason = memory_reason(kwargs, facts)
+        if reason:
+            ident = {"facts": facts, "dtype": what.dtype, "shape": what.shape, "mode": what.mode}
+            candidates = [rec.skipped(TOPIC, what.case, n, reason, **ident) for n in names]
+        else:
+            case = preset_case(cfg, facts, model)
+            ref = functools.cache(functools.partial(reference, case))
+            candidates = [dense_candidate(case)]
+            candidates += [strategy_candidate(s, case, ref=ref) for s in strategies]
+        records = compare(
+            what,
+            candidates,
+            facts=facts,
+            baseline=DENSE,
+            min_time_s=cfg.min_time_s,
+            warmup=WARMUP,
+        )
+        label = (
+            f"MoE {name} routing (D={model.hidden}, F={model.ffn}, x{model.size_factor:g} of "
+            f"the model): dispatch chosen here vs dense GEMM, same FLOPs"
+        )
+        comparator = f"dispatch_{PLAIN}"
+        out += chosen_headline(records, what, facts, comparator=comparator, label=label)
+    return out

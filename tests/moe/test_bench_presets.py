@@ -1,0 +1,61 @@
+import dataclasses
+
+import pytest
+import torch
+
+from kernel_lib.moe import dispatch
+from kernel_lib.moe.bench_presets import preset_case, section_presets, timed_activation
+from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.presets import preset
+from kernel_lib.platform import DeviceFacts
+
+CFG = MoEBenchConfig(
+    presets=("gpt-oss-20b", "mixtral-8x7b"), preset_tokens=48, preset_scale=1 / 64, strategies=("sorted_grouped",),
+    dtype="float32", min_time_s=0.001,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def records():
+    facts = DeviceFacts(backend="cpu", device="cpu", name="Test CPU", compute_units=2)
+    return section_presets(CFG, facts)
+
+
+def test_one_checked_compare_and_headline_per_preset(records):
+    for name in CFG.presets:
+        recs = {r.implementation: r for r in records if r.case == f"preset_{name}"}
+        assert set(recs) == {"dense_gemm", "dispatch_sorted_grouped", "dispatch_loop"}
+        assert all(r.status == "ok" and r.check["pass"] for r in recs.values())
+        assert recs["dispatch_sorted_grouped"].baseline == "dense_gemm"
+        assert sum(r.headline is not None for r in recs.values()) == 1
+        shape = recs["dense_gemm"].shape
+        assert shape["preset"] == name and shape["D"] % 16 == 0 and shape["T"] == 48
+
+
+def test_shape_names_the_activation_really_timed(records):
+    oss = next(r for r in records if r.case == "preset_gpt-oss-20b")
+    assert oss.shape["activation"] == "swiglu" == timed_activation(preset("gpt-oss-20b"))
+    assert oss.shape["groups"] == "1/1" and oss.shape["shared_experts"] == 0
+
+
+def test_preset_case_routes_within_the_group_limit(cpu_facts):
+    model = preset("deepseek-v3").scaled(CFG.preset_scale)
+    routing = preset_case(CFG, cpu_facts, model).routing
+    groups = (routing.expert_idx // 32).view(CFG.preset_tokens, 8)
+    assert max(len(set(row.tolist())) for row in groups) <= 4
+    torch.testing.assert_close(routing.weight.view(-1, 8).sum(-1), torch.full((48,), 2.5))
+
+
+def test_too_big_for_memory_is_skipped(cpu_facts):
+    facts = dataclasses.replace(cpu_facts, memory_bytes=1000)
+    recs = section_presets(CFG, facts)
+    assert recs and all(r.status == "skipped" and "GiB" in r.reason for r in recs)
+
+
+def test_broken_dispatch_on_a_preset_is_wrong_not_timed(monkeypatch, cpu_facts):
+    real = dispatch.dispatch_sorted_grouped
+    monkeypatch.setattr(dispatch, "dispatch_sorted_grouped", lambda *a: real(*a) * 1.1)
+    cfg = dataclasses.replace(CFG, presets=("mixtral-8x7b",))
+    recs = {r.implementation: r for r in section_presets(cfg, cpu_facts)}
+    assert recs["dispatch_sorted_grouped"].status == "wrong"
+    assert recs["dispatch_sorted_grouped"].median_ms is None
