@@ -34,7 +34,7 @@ class Target:
 TARGETS = {
     "gcp-l4": Target("L4:1", cloud="gcp"),  # g2-standard-4
     "aws-a10g": Target("A10G:1", cloud="aws"),  # g5.xlarge
-    "h100": Target("H100:1"),  # GCP a3-highgpu-1g, AWS p5.4xlarge, Lambda, RunPod, ...
+    "h100": Target("H100:1"),  # GCP a3-highgpu-1g, or another cloud's 1-GPU H100 VM
     "h200": Target("H200:1"),  # clouds that rent one H200 (GCP and AWS rent 8 per VM)
     # RunPod, or a Kubernetes cluster that has them; torch from PyTorch's ROCm index
     "amd-mi300x": Target("MI300X:1", torch_index="https://download.pytorch.org/whl/rocm6.4"),
@@ -48,8 +48,8 @@ TARGETS = {
 CPU_VM = Target(None)
 # Platforms no SkyPilot catalog offers: the reason, and what to do instead.
 MANUAL = {
-    "intel-max1550": "no SkyPilot catalog offers the Intel Max 1550: run it on your own host "
-    "(an SSH node pool, or by hand: README 'Run on every cloud platform')",
+    "intel-max1550": "no SkyPilot catalog offers the Intel Max 1550: run it by hand on a host "
+    "that has one and copy its report into the bucket (README 'Run on every cloud platform')",
 }
 
 # The README's set-up: make and the venv module where the image lacks them, torch from its own
@@ -57,7 +57,8 @@ MANUAL = {
 SETUP = """\
 set -e
 if ! command -v make >/dev/null || ! python3 -c 'import ensurepip' 2>/dev/null; then
-  sudo apt-get update -q && sudo apt-get install -y -q make python3-venv
+  SUDO=$(command -v sudo || true)  # containers (RunPod, Kubernetes) run as root without sudo
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q make python3-venv
 fi
 if [ -n "$TORCH_INDEX_URL" ]; then
   python3 -m venv .venv

@@ -1,5 +1,5 @@
 """Every generated task is a valid SkyPilot task, and SkyPilot's optimizer, on a fixture catalog with
-GCP enabled, places each platform on the instance expected of it. Offline (conftest)."""
+GCP and AWS enabled, places each platform on the instance expected of it. Offline (conftest)."""
 
 import pytest
 
@@ -32,16 +32,17 @@ def test_task_parses_with_sky_task_from_yaml(tmp_path, platform):
 
 
 @pytest.mark.parametrize(
-    "platform, instance, accelerator",
+    "platform, cloud, instance, accelerator",
     [
-        ("gcp-l4", "g2-standard-4", "L4"),
-        ("h100", "a3-highgpu-1g", "H100"),
-        ("gcp-tpu-v5e", "TPU-VM", "tpu-v5litepod-8"),
-        ("ci", "n2-standard-8", None),
+        ("gcp-l4", "GCP", "g2-standard-4", "L4"),
+        ("aws-a10g", "AWS", "g5.xlarge", "A10G"),
+        ("h100", "GCP", "a3-highgpu-1g", "H100"),
+        ("gcp-tpu-v5e", "GCP", "TPU-VM", "tpu-v5litepod-8"),
+        ("ci", "AWS", "m6i.2xlarge", None),
     ],
 )
 def test_optimizer_places_each_platform_on_its_instance(
-    gcp_enabled, platform, instance, accelerator
+    clouds_enabled, platform, cloud, instance, accelerator
 ):
     task = sky.Task.from_yaml_config(task_config(platform, bucket="gs://bucket/run"))
     with sky.Dag() as dag:
@@ -49,5 +50,5 @@ def test_optimizer_places_each_platform_on_its_instance(
     # what `sky.optimize` runs on the API server, called in-process (no server, no network)
     sky.optimizer.Optimizer.optimize(dag, quiet=True)
     best = task.best_resources
-    assert (str(best.cloud), best.instance_type) == ("GCP", instance)
+    assert (str(best.cloud), best.instance_type) == (cloud, instance)
     assert (list(best.accelerators) if best.accelerators else [None]) == [accelerator]

@@ -38,7 +38,7 @@ def test_tpu_task_sets_up_the_xla_environment_with_its_runtime():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"platform": "intel-max1550"}, "intel-max1550.*SSH node pool"),
+        ({"platform": "intel-max1550"}, "intel-max1550.*by hand"),
         ({"platform": "nope"}, "unknown platform 'nope'"),
         ({"platform": "h100", "bucket": "/tmp/b"}, "--bucket '/tmp/b' must be a bucket URL"),
         ({"platform": "gcp-tpu-v5e", "only": ["moe"]}, "--only"),
