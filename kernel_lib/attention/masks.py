@@ -82,6 +82,72 @@ def global_tokens(num_global: Tensor) -> MaskMod:
     return global_tokens_mask
 
 
+def causal_offset(offset: Tensor) -> MaskMod:
+    """Bottom-right causal for Lq queries over Lk keys: query i sits at position i + offset
+    (offset = Lk - Lq) and sees keys up to it (decode against a KV cache)."""
+
+    def causal_offset_mask(b, h, q_idx, kv_idx):
+        return q_idx + offset >= kv_idx
+
+    return causal_offset_mask
+
+
+def cross_document(q_document_ids: Tensor, kv_document_ids: Tensor) -> MaskMod:
+    """Cross-attention over packed documents: a query sees only its own document's keys.
+    q ids: (Lq,) int, kv ids: (Lk,) int."""
+
+    def cross_document_mask(b, h, q_idx, kv_idx):
+        return q_document_ids[q_idx] == kv_document_ids[kv_idx]
+
+    return cross_document_mask
+
+
+def keys_before(count: Tensor) -> MaskMod:
+    """Every query sees the first `count` keys (a shared prefix)."""
+
+    def keys_before_mask(b, h, q_idx, kv_idx):
+        return kv_idx < count
+
+    return keys_before_mask
+
+
+def grid_neighbourhood(volume: Tensor, extents: tuple[Tensor, ...], radius: Tensor) -> MaskMod:
+    """Neighbourhood attention on a grid of cells (NATTEN; sliding tiles when a cell is a tile).
+
+    Token t lies in cell t // volume; cells are laid row-major over `extents` (outermost
+    first). A query sees the keys whose cell is within `radius` cells, on every axis, of the
+    query's window centre: its own cell clamped to [radius, extent - 1 - radius], so windows at
+    the border keep their size instead of shrinking.
+    """
+
+    def grid_neighbourhood_mask(b, h, q_idx, kv_idx):
+        q_cell, kv_cell = q_idx // volume, kv_idx // volume
+        allowed = q_idx >= 0
+        for extent in reversed(extents):
+            centre = torch.minimum(torch.maximum(q_cell % extent, radius), extent - 1 - radius)
+            allowed = allowed & ((centre - kv_cell % extent).abs() <= radius)
+            q_cell, kv_cell = q_cell // extent, kv_cell // extent
+        return allowed
+
+    return grid_neighbourhood_mask
+
+
+def block_diffusion(half: Tensor, block_len: Tensor) -> MaskMod:
+    """Block Diffusion training mask (BD3-LM, arXiv 2503.09573, section 3.1) over noised tokens
+    [0, half) then their clean copies [half, S): noised tokens see their own noised block and
+    earlier clean blocks; clean tokens see their own and earlier clean blocks (block-causal)."""
+
+    def block_diffusion_mask(b, h, q_idx, kv_idx):
+        q_noised, kv_noised = q_idx < half, kv_idx < half
+        q_block = torch.where(q_noised, q_idx, q_idx - half) // block_len
+        kv_block = torch.where(kv_noised, kv_idx, kv_idx - half) // block_len
+        own_noised_block = q_noised & kv_noised & (q_block == kv_block)
+        earlier_clean = ~kv_noised & torch.where(q_noised, q_block > kv_block, q_block >= kv_block)
+        return own_noised_block | earlier_clean
+
+    return block_diffusion_mask
+
+
 def all_of(*masks: MaskMod) -> MaskMod:
     """Intersection: attend where every mask attends."""
     if not masks:

@@ -60,3 +60,22 @@ def combine(*mods: ScoreMod) -> ScoreMod:
         return score
 
     return combined_score
+
+
+def sandwich_table(seq_len: int, dim: int, device: torch.device | str = "cpu") -> Tensor:
+    """Sandwich bias by offset: sum_i cos(|q - kv| / 10000^(2i / dim)), i < dim / 2, indexed by
+    q - kv + S - 1; (2S - 1,) fp32 (Chi et al. 2023, arXiv 2212.10356)."""
+    freqs = 10000.0 ** (-2.0 * torch.arange(dim // 2, dtype=torch.float32, device=device) / dim)
+    offsets = torch.arange(1 - seq_len, seq_len, dtype=torch.float32, device=device).abs()
+    return torch.cos(offsets[:, None] * freqs).sum(dim=-1)
+
+
+def sandwich(table: Tensor, slopes: Tensor) -> ScoreMod:
+    """Sandwich bias table[q - kv + S - 1] times a per-head ALiBi-like slope; table: (2S - 1,)
+    from sandwich_table, slopes: (H,)."""
+    offset = (table.shape[0] - 1) // 2
+
+    def sandwich_score(score, b, h, q_idx, kv_idx):
+        return score + table[q_idx - kv_idx + offset] * slopes[h]
+
+    return sandwich_score

@@ -9,6 +9,8 @@ Adding a pattern is one `Pattern(...)` in REGISTERED below and its test.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -33,14 +35,31 @@ class PatternConfig:
     softcap: float = 20.0  # softcap: the cap (Gemma-2 uses 50 on logits of larger models)
     max_distance: int = 128  # relative_position_bias: table covers offsets -M..M, clamped beyond
     seed: int = 0  # relative_position_bias: seeds the learned-table stand-in
+    grid_width: int = 32  # neighbourhood_2d, sliding_tiles_*: tokens per image row (row-major)
+    grid_height: int = 16  # sliding_tiles_3d: token rows per video frame
+    tile_size: int = 4  # sliding_tiles_*: tile edge in tokens (tokens ordered tile by tile)
+    radius: int = 2  # neighbourhood (tokens) / sliding tiles (tiles) each side of the centre
+    block_len: int = 64  # block_diffusion: diffusion block length (tokens)
+    sandwich_dim: int = 128  # sandwich: d-bar, the sinusoid dimension (the paper's 128)
 
     def __post_init__(self):
         if self.name not in PATTERNS:
             raise ValueError(f"pattern={self.name!r} is unknown; valid: {', '.join(PATTERNS)}")
-        for field in ("window", "num_docs", "dilation", "max_distance"):
+        for field in (
+            "window",
+            "num_docs",
+            "dilation",
+            "max_distance",
+            "grid_width",
+            "grid_height",
+            "tile_size",
+            "block_len",
+        ):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field}={getattr(self, field)} must be >= 1")
-        for field in ("prefix_len", "num_global"):
+        if self.sandwich_dim < 2:
+            raise ValueError(f"sandwich_dim={self.sandwich_dim} must be >= 2")
+        for field in ("prefix_len", "num_global", "radius"):
             if getattr(self, field) < 0:
                 raise ValueError(f"{field}={getattr(self, field)} must be >= 0")
         if self.softcap <= 0:
@@ -54,7 +73,7 @@ class PatternConfig:
 
 
 MaskBuilder = Callable[[PatternConfig, int, str], masks.MaskMod]  # (config, S, device)
-ScoreBuilder = Callable[[PatternConfig, int, str], mods.ScoreMod]  # (config, H, device)
+ScoreBuilder = Callable[[PatternConfig, int, int, str], mods.ScoreMod]  # (config, H, S, device)
 DenseMask = Callable[[PatternConfig, int], Tensor]  # (config, S) -> (S, S) bool
 # (config, H, offsets j - i: (R, S)) -> (H, R, S)
 DenseBias = Callable[[PatternConfig, int, Tensor], Tensor]
@@ -165,6 +184,114 @@ def _relative_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Te
     return table[:, offsets.clamp(-M, M) + M]
 
 
+def grid_geometry(config: PatternConfig, seq_len: int, axes: int) -> tuple[int, tuple[int, ...]]:
+    """(tokens per cell, cells per axis, outermost first) of a neighbourhood pattern on `axes`
+    axes: 2D tokens (neighbourhood_2d: a cell is a token), 2D or 3D tiles (sliding tiles). The
+    outermost axis (image rows, video frames) takes as many cells as S needs."""
+    t = config.tile_size
+    if axes == 1:  # neighbourhood_2d: token rows x grid_width
+        volume, inner = 1, (config.grid_width,)
+    elif axes == 2:
+        volume, inner = t * t, (max(1, config.grid_width // t),)
+    else:
+        volume = t**3
+        inner = (max(1, config.grid_height // t), max(1, config.grid_width // t))
+    cells = math.ceil(seq_len / volume)
+    return volume, (math.ceil(cells / math.prod(inner)), *inner)
+
+
+def _neighbourhood_mod(axes: int) -> MaskBuilder:
+    def build(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+        volume, extents = grid_geometry(config, seq_len, axes)
+        return masks.grid_neighbourhood(
+            _index(volume, device),
+            tuple(_index(e, device) for e in extents),
+            _index(config.radius, device),
+        )
+
+    return build
+
+
+def _neighbourhood(axes: int) -> DenseMask:
+    """The reference: each query cell's window as explicit coordinate ranges, expanded to
+    tokens."""
+
+    def dense(config: PatternConfig, seq_len: int) -> Tensor:
+        volume, extents = grid_geometry(config, seq_len, axes)
+        cells = math.ceil(seq_len / volume)
+        coords = list(itertools.islice(itertools.product(*map(range, extents)), cells))
+        index = {c: i for i, c in enumerate(coords)}
+        R, allowed = config.radius, torch.zeros(cells, cells, dtype=torch.bool)
+        for i, cell in enumerate(coords):
+            centres = [min(max(x, R), e - 1 - R) for x, e in zip(cell, extents)]
+            windows = [
+                range(max(c - R, 0), min(c + R, e - 1) + 1) for c, e in zip(centres, extents)
+            ]
+            for key in itertools.product(*windows):
+                if key in index:
+                    allowed[i, index[key]] = True
+        cell_of = torch.arange(seq_len) // volume
+        return allowed[cell_of][:, cell_of]
+
+    return dense
+
+
+def shared_prefix_ids(config: PatternConfig, seq_len: int) -> Tensor:
+    """(S,) document id: 0 for the shared prefix, 1..n for its n continuations (equal split)."""
+    prefix = min(config.prefix_len, seq_len)
+    rest = seq_len - prefix
+    count = max(1, min(config.num_docs, rest))
+    lengths = [prefix] + [rest // count] * (count - 1) + [rest - rest // count * (count - 1)]
+    return torch.repeat_interleave(torch.arange(count + 1), torch.tensor(lengths))
+
+
+def _shared_prefix_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+    ids = shared_prefix_ids(config, seq_len).to(device)
+    prefix = _index(min(config.prefix_len, seq_len), device)
+    return masks.all_of(
+        masks.causal(), masks.any_of(masks.keys_before(prefix), masks.same_document(ids))
+    )
+
+
+def _shared_prefix(config: PatternConfig, seq_len: int) -> Tensor:
+    ids = shared_prefix_ids(config, seq_len)
+    counts = torch.bincount(ids).tolist()
+    mask = torch.block_diag(*(torch.ones(n, n, dtype=torch.bool) for n in counts))
+    mask[:, : counts[0]] = True
+    return mask & band(seq_len, seq_len, 0)
+
+
+def _block_diffusion_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+    return masks.block_diffusion(_index(seq_len // 2, device), _index(config.block_len, device))
+
+
+def _block_diffusion(config: PatternConfig, seq_len: int) -> Tensor:
+    """Quadrants: noised-noised block diagonal, noised-clean strictly earlier blocks,
+    clean-clean block lower triangle, clean-noised empty."""
+    half, L = seq_len // 2, config.block_len
+    mask = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    for start in range(0, half, L):  # noised block [start, end) and its clean blocks
+        end = min(start + L, half)
+        mask[start:end, start:end] = True
+        mask[start:end, half : half + start] = True
+    for start in range(0, seq_len - half, L):
+        end = min(start + L, seq_len - half)
+        mask[half + start : half + end, half : half + end] = True
+    return mask
+
+
+def sandwich_slopes(num_heads: int, device="cpu") -> Tensor:
+    """Per-head scale H / (8 (h + 1)) of the sandwich bias (ALiBi's compression ratios)."""
+    return num_heads / (8.0 * torch.arange(1, num_heads + 1, dtype=torch.float32, device=device))
+
+
+def _sandwich_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
+    i = torch.arange(config.sandwich_dim // 2, dtype=torch.float64, device=offsets.device)
+    freqs = 10000.0 ** (-2.0 * i / config.sandwich_dim)
+    bias = torch.cos(offsets.double().abs()[..., None] * freqs).sum(dim=-1)
+    return sandwich_slopes(num_heads, offsets.device).double()[:, None, None] * bias[None]
+
+
 REGISTERED = (
     # no mask, no bias: the dense baseline every sparse pattern is compared with
     Pattern("full", _full, flash=lambda c: {}),
@@ -187,13 +314,13 @@ REGISTERED = (
         "alibi",
         _causal,
         _causal_mod,
-        lambda c, H, dev: mods.alibi(mods.alibi_slopes(H, dev)),
+        lambda c, H, S, dev: mods.alibi(mods.alibi_slopes(H, dev)),
         _alibi_bias,
     ),
     Pattern(
         "relative_position_bias",
         _full,
-        score_mod=lambda c, H, dev: mods.relative_position_bias(
+        score_mod=lambda c, H, S, dev: mods.relative_position_bias(
             relative_position_table(c, H, dev), c.max_distance
         ),
         dense_bias=_relative_bias,
@@ -202,7 +329,7 @@ REGISTERED = (
         "softcap",
         _causal,
         _causal_mod,
-        lambda c, H, dev: mods.softcap(c.softcap),
+        lambda c, H, S, dev: mods.softcap(c.softcap),
         softcapped=True,
         flash=lambda c: {"causal": True, "softcap": c.softcap},
     ),
@@ -214,6 +341,26 @@ REGISTERED = (
     # Longformer: bidirectional window + global tokens
     Pattern("global_local", _global_local, _global_local_mod),
 )
+# attention-gym's further families, run in their own section (each is one more flex compile)
+GYM_REGISTERED = (
+    Pattern("neighbourhood_2d", _neighbourhood(1), _neighbourhood_mod(1)),  # NATTEN
+    Pattern("sliding_tiles_2d", _neighbourhood(2), _neighbourhood_mod(2)),  # STA, images
+    Pattern("sliding_tiles_3d", _neighbourhood(3), _neighbourhood_mod(3)),  # STA, video
+    # one causal prompt, continuations that see all of it and themselves causally
+    Pattern("shared_prefix", _shared_prefix, _shared_prefix_mod),
+    Pattern("block_diffusion", _block_diffusion, _block_diffusion_mod),  # BD3-LM training
+    Pattern(  # causal + sandwich bias
+        "sandwich",
+        _causal,
+        _causal_mod,
+        lambda c, H, S, dev: mods.sandwich(
+            mods.sandwich_table(S, c.sandwich_dim, dev), sandwich_slopes(H, dev)
+        ),
+        _sandwich_bias,
+    ),
+)
+GYM_PATTERNS = tuple(p.name for p in GYM_REGISTERED)
+REGISTERED += GYM_REGISTERED
 PATTERNS: dict[str, Pattern] = {p.name: p for p in REGISTERED}
 assert len(PATTERNS) == len(REGISTERED), "two patterns share a name"
 
@@ -234,7 +381,9 @@ def build_pattern(
         raise ValueError(f"seq_len={seq_len} must be >= 1")
     pattern, device = config.pattern, str(device)
     mask_mod = pattern.mask_mod(config, seq_len, device) if pattern.mask_mod else None
-    score_mod = pattern.score_mod(config, num_heads, device) if pattern.score_mod else None
+    score_mod = (
+        pattern.score_mod(config, num_heads, seq_len, device) if pattern.score_mod else None
+    )
     return FlexMods(config.name, mask_mod, score_mod)
 
 

@@ -151,3 +151,12 @@ def sdpa_mask(
     if bias is None:
         return mask
     return bias.masked_fill(~mask, float("-inf"))[None]
+
+
+def gqa_reference(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None) -> Tensor:
+    """fp64 attention of q (B, Hq, Lq, D) over k, v (B, Hkv, Lk, D), Hq a multiple of Hkv:
+    query head h reads key/value head h // (Hq / Hkv) (each KV head copied, then dense
+    attention). mask: (Lq, Lk) bool."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    return attention_reference(q, k, v, mask=mask)

@@ -1,10 +1,12 @@
 """Every pattern's mask_mod/score_mod, evaluated densely, vs the independently built reference."""
 
+import hypothesis.strategies as st
 import pytest
 import torch
 from hypothesis import given, settings
 
 from kernel_lib.attention.patterns import (
+    GYM_PATTERNS,
     PATTERNS,
     REGISTERED,
     PatternConfig,
@@ -88,3 +90,92 @@ def test_registry_entry_is_consistent(pattern):
     if pattern.is_causal:  # SDPA's is_causal flag stands for the whole pattern
         assert pattern.score_mod is None
         assert torch.equal(dense_mask(PatternConfig(pattern.name), 9), torch.ones(9, 9).tril() > 0)
+
+
+@st.composite
+def gym_cases(draw):
+    """(config, seq_len, heads) of an attention-gym family with odd grids, tiles and blocks."""
+    seq_len = draw(st.integers(1, 90))
+    config = PatternConfig(
+        draw(st.sampled_from(GYM_PATTERNS)),
+        grid_width=draw(st.integers(1, 13)),
+        grid_height=draw(st.integers(1, 9)),
+        tile_size=draw(st.integers(1, 4)),
+        radius=draw(st.integers(0, 3)),
+        block_len=draw(st.integers(1, 20)),
+        prefix_len=draw(st.integers(0, seq_len + 2)),
+        num_docs=draw(st.integers(1, 5)),
+        sandwich_dim=draw(st.sampled_from([2, 7, 128])),
+    )
+    return config, seq_len, draw(st.integers(1, 5))
+
+
+@settings(max_examples=150, deadline=None)
+@given(gym_cases())
+def test_gym_mods_match_dense_reference_and_every_row_attends(case):
+    config, seq_len, heads = case
+    mask, bias = materialise(config, seq_len=seq_len, num_heads=heads)
+    expected = dense_mask(config, seq_len)
+    assert torch.equal(mask, expected), f"{config} mask differs at S={seq_len}"
+    assert expected.any(dim=-1).all(), f"{config}: a query attends nothing at S={seq_len}"
+    expected_bias = dense_bias(config, seq_len, heads)
+    assert (bias is None) == (expected_bias is None)
+    if bias is not None:
+        error = float((bias - expected_bias).abs().max() / expected_bias.abs().max())
+        assert error < 1e-5, f"{config.name} bias error {error:.2e} (fp32 table vs fp64)"
+
+
+def test_neighbourhood_window_is_clamped_at_the_border():
+    # 5 x 5 canvas, radius 1: the corner query's 3 x 3 window is shifted inside, not cut.
+    config = PatternConfig("neighbourhood_2d", grid_width=5, radius=1)
+    corner = dense_mask(config, 25)[0].view(5, 5)
+    expected = torch.zeros(5, 5, dtype=torch.bool)
+    expected[:3, :3] = True
+    assert torch.equal(corner, expected)
+    centre = dense_mask(config, 25)[12].view(5, 5)
+    assert torch.equal(centre, expected.roll((1, 1), (0, 1)))
+
+
+def test_sliding_tiles_attend_whole_tiles():
+    # 8 x 8 canvas of 2 x 2 tiles (tile-major tokens), radius 0: a query sees its own tile only.
+    config = PatternConfig("sliding_tiles_2d", grid_width=8, tile_size=2, radius=0)
+    tiles = torch.arange(64) // 4
+    assert torch.equal(dense_mask(config, 64), tiles[:, None] == tiles[None, :])
+
+
+def test_block_diffusion_mask_by_its_quadrants():
+    config = PatternConfig("block_diffusion", block_len=2)
+    mask = dense_mask(config, 8).int()  # noised 0-3, clean 4-7, blocks of 2
+    expected = torch.tensor([
+        [1, 1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0],
+        [0, 0, 1, 1, 1, 1, 0, 0],
+        [0, 0, 1, 1, 1, 1, 0, 0],
+        [0, 0, 0, 0, 1, 1, 0, 0],
+        [0, 0, 0, 0, 1, 1, 0, 0],
+        [0, 0, 0, 0, 1, 1, 1, 1],
+        [0, 0, 0, 0, 1, 1, 1, 1],
+    ])  # fmt: skip
+    assert torch.equal(mask, expected)
+
+
+def test_shared_prefix_continuations_see_the_prefix_not_each_other():
+    config = PatternConfig("shared_prefix", prefix_len=3, num_docs=2)
+    mask = dense_mask(config, 7)  # prefix 0-2, continuations 3-4 and 5-6
+    assert mask[6, :3].all() and not mask[6, 3:5].any() and mask[6, 5:].all()
+    assert torch.equal(mask[:3, :3], torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+def test_sandwich_bias_at_offset_zero_is_half_the_dimension_times_the_slope():
+    config = PatternConfig("sandwich", sandwich_dim=8)
+    bias = dense_bias(config, 5, 2)
+    assert torch.allclose(bias[:, 2, 2], torch.tensor([4 * 2 / 8, 4 * 2 / 16], dtype=bias.dtype))
+    assert torch.allclose(bias, bias.transpose(-1, -2))  # depends on |q - kv| only
+
+
+def test_a_wrong_neighbourhood_radius_fails_the_comparison():
+    # teeth: the flex-side mask built with another radius differs from the reference
+    config = PatternConfig("neighbourhood_2d", grid_width=7, radius=2)
+    other = PatternConfig("neighbourhood_2d", grid_width=7, radius=1)
+    mask, _ = materialise(other, seq_len=40, num_heads=1)
+    assert not torch.equal(mask, dense_mask(config, 40))

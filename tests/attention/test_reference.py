@@ -86,3 +86,16 @@ def test_chunked_reference_grads_match_autograd(monkeypatch):
 def test_dense_block_sparsity_counts_empty_tiles():
     assert dense_block_sparsity(PatternConfig("causal"), 256, 64) == 100 * 6 / 16
     assert dense_block_sparsity(PatternConfig("full"), 200, 64) == 0.0
+
+
+def test_gqa_reference_reads_kv_head_h_over_group():
+    q, _, _ = qkv_for(9, 6, head_dim=8, seed=2)
+    _, k, v = qkv_for(11, 2, head_dim=8, seed=3)
+    mask = torch.rand(9, 11, generator=torch.Generator().manual_seed(0)) > 0.3
+    mask[:, 0] = True
+    out = reference.gqa_reference(*fp64(q, k, v), mask=mask)
+    for h in range(6):  # heads 0-2 read KV head 0, heads 3-5 KV head 1
+        one = attention_reference(
+            *fp64(q[:, h : h + 1], k[:, h // 3 : h // 3 + 1], v[:, h // 3 : h // 3 + 1]), mask=mask
+        )
+        assert torch.allclose(out[:, h : h + 1], one)

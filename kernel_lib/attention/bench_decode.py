@@ -1,0 +1,264 @@
+"""Inference attention benchmarks: GQA/MQA decode, multi-token decode and cross-attention
+through compiled flex and each SDPA backend, a paged KV cache against the same flex call on a
+contiguous cache, a KV-length sweep of decode, and attention-gym's further pattern families.
+Every candidate is checked against the fp64 reference at its timed shape, then timed
+interleaved (`measure.compare`); returns records only.
+
+Legend: B batch, Hq / Hkv query / key-value heads, Lq query positions, Lk (L) key positions,
+D head dim. Decode and paged flex use `page_size` as the key tile, so the paged and contiguous
+calls differ only in where the keys are. Each new (Lq, Lk) is one more flex compile (static
+shapes): its count is metrics.new_graphs of the flex record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import pandas as pd
+from tqdm import tqdm
+
+from kernel_lib import records as rec
+from kernel_lib.attention import bench
+from kernel_lib.attention.baselines import SDPA_BACKENDS, sdpa_attention
+from kernel_lib.attention.checks import tolerance
+from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.decode import (
+    DecodeShape,
+    block_sparsity,
+    dense_mask,
+    flex_decode,
+    flops,
+    kv_bytes,
+    make_inputs,
+    sdpa_kwargs,
+)
+from kernel_lib.attention.flex import FlexVariant, compiled_graphs
+from kernel_lib.attention.paged import flex_paged, gather_reference, page_cache
+from kernel_lib.attention.patterns import GYM_PATTERNS
+from kernel_lib.attention.reference import dense_block_sparsity, gqa_reference
+from kernel_lib.checks import against
+from kernel_lib.measure import Candidate, Case, compare, with_baseline
+from kernel_lib.platform import DeviceFacts
+
+FLEX = "flex_attention_compiled"  # bench.FLEX (bench imports this module)
+FLEX_PAGED = "flex_attention_compiled_paged"
+FLEX_GATHERED = "flex_attention_compiled_gathered"  # gather the pages, then the contiguous call
+DECODE_HEADLINE = "flex GQA decode vs best SDPA backend"
+PAGED_HEADLINE = "flex paged KV vs flex on a contiguous cache"
+
+
+def decode_shapes(cfg: AttentionConfig) -> dict[str, DecodeShape]:
+    """Case name -> shape: one-token GQA and MQA decode, multi-token GQA decode (bottom-right
+    causal), cross-attention without a mask and over num_docs packed documents."""
+    common = {"batch": 1, "heads": cfg.decode_heads, "head_dim": cfg.decode_head_dim}
+    common["dtype"] = cfg.decode_dtype
+    gqa = {**common, "kv_heads": cfg.decode_kv_heads}
+    L, Lq, Lk = cfg.decode_kv_len, cfg.cross_q_len, cfg.cross_kv_len
+    n = min(cfg.num_docs, Lq)
+    docs = tuple(zip(_split(Lq, n), _split(Lk, n)))
+    return {
+        "gqa_decode": DecodeShape(**gqa, q_len=1, kv_len=L),
+        "mqa_decode": DecodeShape(**common, kv_heads=1, q_len=1, kv_len=L),
+        f"gqa_decode_q{cfg.decode_q_len}": DecodeShape(**gqa, q_len=cfg.decode_q_len, kv_len=L),
+        "cross_attention": DecodeShape(**gqa, q_len=Lq, kv_len=Lk, mask="none"),
+        "cross_document": DecodeShape(**gqa, q_len=Lq, kv_len=Lk, mask="document", docs=docs),
+    }
+
+
+def _split(total: int, count: int) -> list[int]:
+    base = total // count
+    return [base] * (count - 1) + [total - base * (count - 1)]
+
+
+def _timing(cfg: AttentionConfig, progress: bool, case: str) -> dict:
+    progress_label = case if progress else None
+    return {
+        "rounds": cfg.reps,
+        "min_time_s": cfg.min_time_s,
+        "warmup": 1,
+        "progress": progress_label,
+    }
+
+
+def decode_check(shape: DecodeShape, q, k, v):
+    """Check of a (B, Hq, Lq, D) output on q, k, v against the fp64 GQA reference."""
+    return against(
+        lambda: gqa_reference(q, k, v, mask=dense_mask(shape)),
+        reference=f"fp64 dense {shape.mask} mask, KV heads repeated (all rows)",
+        tolerance=tolerance("forward", shape.dtype),
+    )
+
+
+def _vs_best_sdpa(records: list[rec.Record]) -> list[rec.Record]:
+    sdpa = [r for r in records if r.implementation in SDPA_BACKENDS and r.status == "ok"]
+    if not sdpa:
+        return records
+    return with_baseline(records, min(sdpa, key=lambda r: r.median_ms).implementation)
+
+
+def _with_metrics(records: list[rec.Record], **metrics) -> list[rec.Record]:
+    return [dataclasses.replace(r, metrics={**r.metrics, **metrics}) for r in records]
+
+
+def decode_case(
+    cfg: AttentionConfig,
+    shape: DecodeShape,
+    *,
+    facts: DeviceFacts,
+    case: str,
+    section: str,
+    progress: bool = False,
+) -> list[rec.Record]:
+    """Compiled flex and every SDPA backend (enable_gqa; the mask as attn_mask where one is
+    needed) on one shape, checked against the fp64 reference, timed interleaved; ratios over
+    the best SDPA backend."""
+    q, k, v = make_inputs(shape, device=facts.device, seed=0)
+    check = decode_check(shape, q, k, v)
+    work = {"flops": flops(shape), "bytes": kv_bytes(shape)}
+    sparsity = block_sparsity(shape, block_size=cfg.page_size, device=q.device)
+    flex_metrics = {"block_size": cfg.page_size, "block_sparsity_%": sparsity}
+    candidates = [
+        Candidate(
+            FLEX,
+            partial(flex_decode, q, k, v, shape, block_size=cfg.page_size),
+            check,
+            metrics=flex_metrics,
+            **work,
+        )
+    ]
+    kwargs = sdpa_kwargs(shape, device=q.device)
+    candidates += [
+        Candidate(
+            b, partial(sdpa_attention, q, k, v, backend=b, sdpa_kwargs=kwargs), check, **work
+        )
+        for b in SDPA_BACKENDS
+    ]
+    graphs = compiled_graphs()
+    this = Case(bench.TOPIC, case, shape.as_dict(), shape.dtype, bench.FORWARD)
+    out = _vs_best_sdpa(compare(this, candidates, facts=facts, **_timing(cfg, progress, case)))
+    new_graphs = compiled_graphs() - graphs
+    out = [
+        dataclasses.replace(r, metrics={**r.metrics, "new_graphs": new_graphs})
+        if r.implementation == FLEX
+        else r
+        for r in out
+    ]
+    return _with_metrics(out, section=section, kv_len=shape.kv_len, q_len=shape.q_len)
+
+
+def time_decode(
+    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+) -> list[rec.Record]:
+    """Every decode_shapes case; declares the headline: flex one-token GQA decode."""
+    out = []
+    for case, shape in tqdm(decode_shapes(cfg).items(), desc="decode", disable=not progress):
+        out += decode_case(cfg, shape, facts=facts, case=case, section="decode", progress=progress)
+    return [_headline(r, "gqa_decode", FLEX, DECODE_HEADLINE) for r in out]
+
+
+def decode_sweep(
+    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+) -> list[rec.Record]:
+    """One-token GQA decode at each of cfg.decode_kv_lens (one flex compile each)."""
+    base = decode_shapes(cfg)["gqa_decode"]
+    out = []
+    for kv_len in tqdm(cfg.decode_kv_lens, desc="decode KV lengths", disable=not progress):
+        shape = dataclasses.replace(base, kv_len=kv_len)
+        out += decode_case(
+            cfg,
+            shape,
+            facts=facts,
+            case=f"gqa_decode_kv{kv_len}",
+            section="decode_sweep",
+            progress=progress,
+        )
+    return out
+
+
+def _gathered(q, cache, shape: DecodeShape, block_size: int):
+    k, v = gather_reference(cache)
+    return flex_decode(q, k.contiguous(), v.contiguous(), shape, block_size=block_size)
+
+
+def paged_case(
+    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+) -> list[rec.Record]:
+    """One-token GQA decode over a paged cache (pages shuffled in a pool with spare pages):
+    flex over the pool through the block table, flex after gathering the pages, and the same
+    flex call on the contiguous cache (the baseline), all checked against the fp64 reference
+    of the contiguous cache. Declares the headline: paged vs contiguous."""
+    shape = decode_shapes(cfg)["gqa_decode"]
+    q, k, v = make_inputs(shape, device=facts.device, seed=0)
+    cache = page_cache(k, v, page_size=cfg.page_size)
+    check = decode_check(shape, q, k, v)
+    work = {"flops": flops(shape), "bytes": kv_bytes(shape)}
+    pages = {"page_size": cfg.page_size, "pool_pages": cache.k_pool.shape[2] // cfg.page_size}
+    candidates = [
+        Candidate(FLEX_PAGED, partial(flex_paged, q, cache), check, metrics=pages, **work),
+        Candidate(
+            FLEX_GATHERED, partial(_gathered, q, cache, shape, cfg.page_size), check, **work
+        ),
+        Candidate(
+            FLEX, partial(flex_decode, q, k, v, shape, block_size=cfg.page_size), check, **work
+        ),
+    ]
+    this = Case(bench.TOPIC, "paged_gqa_decode", shape.as_dict(), shape.dtype, bench.FORWARD)
+    out = compare(
+        this, candidates, facts=facts, baseline=FLEX, **_timing(cfg, progress, this.case)
+    )
+    out = _with_metrics(out, section="paged", kv_len=shape.kv_len, q_len=shape.q_len)
+    return [_headline(r, this.case, FLEX_PAGED, PAGED_HEADLINE) for r in out]
+
+
+def _headline(record: rec.Record, case: str, implementation: str, label: str) -> rec.Record:
+    subject = (record.case, record.implementation) == (case, implementation)
+    if subject and (record.status != "ok" or record.ratio_vs_baseline is not None):
+        return rec.as_headline(record, label)
+    return record
+
+
+def time_gym_patterns(
+    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
+) -> list[rec.Record]:
+    """Forward of each of cfg.gym_patterns at the pattern sections' shape (bench.forward_case:
+    flex, SDPA backends with the dense mask, naive), section `gym_patterns`."""
+    out = []
+    for name in tqdm(cfg.gym_patterns, desc="gym patterns", disable=not progress):
+        out += bench.forward_case(
+            cfg,
+            cfg.pattern(name),
+            cfg.shape(),
+            facts=facts,
+            variant=variant,
+            case=name,
+            section="gym_patterns",
+            progress=progress,
+        )
+    return out
+
+
+def gym_block_sparsity(cfg: AttentionConfig, *, block_size: int) -> pd.DataFrame:
+    """Percent of (query, key) tiles of `block_size` with no attended pair, from each gym
+    pattern's dense reference mask at attn_seq_len (no compile)."""
+    rows = [
+        {
+            "pattern": name,
+            "block_sparsity_%": round(
+                dense_block_sparsity(cfg.pattern(name), cfg.seq_len, block_size), 1
+            ),
+        }
+        for name in GYM_PATTERNS
+    ]
+    return pd.DataFrame(rows).set_index("pattern")
+
+
+def inference(
+    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
+) -> list[rec.Record]:
+    """This module's sections in notebook order: decode shapes, paged KV, the KV-length sweep,
+    the gym patterns."""
+    out = time_decode(cfg, facts=facts, progress=progress)
+    out += paged_case(cfg, facts=facts, progress=progress)
+    out += decode_sweep(cfg, facts=facts, progress=progress)
+    return out + time_gym_patterns(cfg, facts=facts, variant=variant, progress=progress)
