@@ -63,13 +63,19 @@ def preset_case(cfg: MoEBenchConfig, facts: DeviceFacts, model: MoEPreset):
 
 
 def preset_shape(cfg: MoEBenchConfig, model: MoEPreset) -> dict:
-    """The record shape of a preset case: T, D, F, E, K plus what sets its routing."""
+    """The record shape of a preset case (numbers only): T, D, F, E, K and what sets its
+    routing's load: size factor, Zipf exponent, groups, groups used, shared experts."""
     return {
         **shape_of(cfg.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k),
-        "preset": model.name, "size_factor": model.size_factor, "zipf": cfg.preset_zipf,
-        "score": model.score, "groups": f"{model.top_groups}/{model.num_groups}",
-        "shared_experts": model.shared_experts, "activation": timed_activation(model),
+        "size_factor": model.size_factor, "zipf": cfg.preset_zipf,
+        "groups": model.num_groups, "top_groups": model.top_groups,
+        "shared_experts": model.shared_experts,
     }  # fmt: skip
+
+
+def preset_metrics(model: MoEPreset) -> dict:
+    """The preset's name, score function and the expert activation the strategies ran."""
+    return {"preset": model.name, "score": model.score, "activation": timed_activation(model)}
 
 
 def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
@@ -104,6 +110,9 @@ def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]
             f"MoE {name} routing (D={model.hidden}, F={model.ffn}, x{model.size_factor:g} of "
             f"the model): dispatch chosen here vs dense GEMM, same FLOPs"
         )
+        records = [
+            dataclasses.replace(r, metrics={**r.metrics, **preset_metrics(model)}) for r in records
+        ]
         comparator = f"dispatch_{PLAIN}"
         out += chosen_headline(records, what, facts, comparator=comparator, label=label)
     return out
