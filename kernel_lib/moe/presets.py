@@ -73,10 +73,6 @@ class MoEPreset:
             scale=self.scale,
         )
 
-    def active_flops_per_token(self) -> int:
-        """Forward FLOPs of one token through its K routed and the shared SwiGLU experts."""
-        return (self.top_k + self.shared_experts) * 6 * self.hidden * self.ffn
-
 
 PRESETS = {
     p.name: p

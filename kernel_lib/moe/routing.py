@@ -133,6 +133,8 @@ def route_group_limited(
         group_score = grouped.topk(min(2, per_group), dim=-1).values.sum(-1)  # (T, G)
         keep = group_score.topk(top_groups, dim=-1).indices
         outside = torch.ones_like(group_score, dtype=torch.bool).scatter_(1, keep, False)
+        # -inf as DeepSeek-V3's inference code; HF transformers fills 0.0, which differs only
+        # where a kept group's biased scores are all below 0
         choice = grouped.masked_fill(outside[..., None], -math.inf).view_as(scores)
     expert_ids = choice.topk(top_k, dim=-1).indices
     weights = scores.gather(1, expert_ids)

@@ -165,8 +165,9 @@ def check_routing(routing: Routing, ref: ReferenceRouting) -> RoutingCheck:
     ids, weights = ids.gather(1, order), weights.gather(1, order)
     same = (ids == ref.expert_ids).all(-1)
     tie = ref.margin <= TIE_MARGIN
-    error, scale = 0.0, ref.weights[same].abs().max().item() if same.any() else 1.0
+    error = 0.0
     if same.any():
+        scale = ref.weights[same].abs().max().item()
         error = (weights[same] - ref.weights[same]).abs().max().item() / max(scale, 1e-300)
     return RoutingCheck(int((~same & ~tie).sum()), int(tie.sum()), error)
 
