@@ -4,6 +4,7 @@ from kernel_lib.moe.capacity import apply_capacity, expert_capacity
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.dispatch import (
     dispatch_loop,
+    dispatch_packed_segments,
     dispatch_padded,
     dispatch_sorted_grouped,
     dispatch_sorted_segments,
@@ -52,7 +53,7 @@ __all__ = [
     # dispatch (dispatch_triton lives in kernel_lib.moe.dispatch_triton, imported lazily) and
     # the one strategy registry
     "STRATEGIES", "run_strategy", "dispatch_loop", "dispatch_sorted_grouped",
-    "dispatch_sorted_segments", "dispatch_padded",
+    "dispatch_sorted_segments", "dispatch_packed_segments", "dispatch_padded",
     # layers and the old system's way
     "MoEConfig", "MoELayer", "MoEOutput", "LayerType", "SeedStyleMoE",
     # the notebook's parameters

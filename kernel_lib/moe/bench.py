@@ -7,6 +7,12 @@ Legend: T tokens, D model, F ffn, E experts, K top-k, A kept assignments. Every 
 its interval, and fraction_of_peak = strategy TFLOP/s over that pair's. The seed-style
 baseline (the old system's fp32 training-mode forward) is compared twice: with our strategies
 in fp32 (same dtype) and in moe_dtype (the seed's configuration against ours).
+
+The strategies are the variants of one kernel: `variants.choose` picks the fastest checked one
+on this machine (cached per machine fingerprint, named in every record's `variant`), and that
+one is the headline. The plain path, `dispatch_loop` (index_select + mm + index_add per expert)
+under torch.compile for the forward, eager for forward + backward and the seed comparisons, is
+always timed beside them: a strategy slower than it is flagged.
 """
 
 from __future__ import annotations
@@ -40,9 +46,11 @@ from kernel_lib.moe.seed_style import SeedStyleMoE
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
 from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.variants import choose
 
 TOPIC = "moe"
 DENSE, SEED = "dense_gemm", "seed_style"
+PLAIN = "loop"  # the plain comparator's strategy: the obvious loop over experts
 DENSE_BASIS = "dense GEMM pair, same FLOPs, same run"
 # Weight gradients only (inputs need none): dW_out, dh, dW_in are 3 GEMMs after the forward's 2.
 BACKWARD_FLOPS = 2.5
@@ -119,7 +127,8 @@ def strategy_candidate(
         return run_strategy(name, case.x, case.routing, experts, capacity=case.capacity)
 
     if compiled:
-        forward = torch.compile(forward, dynamic=False)
+        # The loop's per-expert row counts are data: static shapes would recompile per count.
+        forward = torch.compile(forward, dynamic=name == PLAIN)
     fn = _grads(forward, [experts.w_in, experts.w_out], case.grad_out) if backward else forward
     if backward:
         check = checks.against(
@@ -230,18 +239,28 @@ def _finish(records: list[rec.Record], tokens: int, *, peak: bool = True) -> lis
     return out
 
 
-def best_headline(records: list[rec.Record], label: str) -> list[rec.Record]:
-    """Declare the dispatch strategy with the highest ratio against its compare's baseline the
-    headline `label` (records unchanged when none has a ratio)."""
-    rated = [
-        r
+def with_plain(strategies) -> tuple:
+    """`strategies` with the plain comparator's strategy, so it is always timed."""
+    return tuple(strategies) if PLAIN in strategies else (*strategies, PLAIN)
+
+
+def chosen_headline(
+    records: list[rec.Record], case: Case, facts: DeviceFacts, *, comparator: str, label: str
+) -> list[rec.Record]:
+    """`variants.choose` among the dispatch records of one compare (the plain comparator among
+    them; the other plain one, eager or compiled, is not a variant) and the chosen one declared
+    the headline `label`. Records unchanged but for `variant` when none ran."""
+    plain = f"dispatch_{PLAIN}"
+    among = tuple(
+        r.implementation
         for r in records
-        if r.implementation.startswith("dispatch_") and r.ratio_vs_baseline is not None
-    ]
-    if not rated:
-        return records
-    best = max(rated, key=lambda r: r.ratio_vs_baseline)
-    return [rec.as_headline(r, label) if r is best else r for r in records]
+        if r.implementation.startswith("dispatch_")
+        and (r.implementation == comparator or not r.implementation.startswith(plain))
+    )
+    choice, records = choose(
+        f"moe_dispatch_{case.case}", case, records, facts=facts, among=among, comparator=comparator
+    )
+    return [rec.as_headline(r, label) if r.implementation == choice else r for r in records]
 
 
 def compare_strategies(
@@ -255,9 +274,10 @@ def compare_strategies(
     compiled=(),
     shape_extra: dict | None = None,
     progress: str | None = None,
-) -> list[rec.Record]:
+) -> tuple[Case, list[rec.Record]]:
     """Dense pair and every strategy (eager, then compiled) on the case of `kwargs`, in one
-    interleaved compare against `dense_gemm`; all skipped when the case does not fit."""
+    interleaved compare against `dense_gemm` (all skipped when the case does not fit): the
+    compare's case and its records."""
     shape = {**_shape(kwargs), **(shape_extra or {})}
     names = [DENSE] + [f"dispatch_{s}" for s in strategies]
     names += [f"dispatch_{s}_compiled" for s in compiled]
@@ -270,8 +290,9 @@ def compare_strategies(
         candidates = [dense_candidate(case, backward=backward)]
         candidates += [strategy_candidate(s, case, backward=backward, ref=ref) for s in strategies]
         candidates += [strategy_candidate(s, case, compiled=True, ref=ref) for s in compiled]
+    measured = Case(TOPIC, case_name, shape, kwargs["dtype"], _mode(backward))
     records = compare(
-        Case(TOPIC, case_name, shape, kwargs["dtype"], _mode(backward)),
+        measured,
         candidates,
         facts=facts,
         baseline=DENSE,
@@ -279,55 +300,65 @@ def compare_strategies(
         warmup=WARMUP,
         progress=progress,
     )
-    return _finish(records, kwargs["tokens"])
+    return measured, _finish(records, kwargs["tokens"])
 
 
 def section_throughput(
     cfg: MoEBenchConfig, facts: DeviceFacts, *, backward: bool = False, progress: bool = False
 ) -> list[rec.Record]:
-    """Per (T, D, F) shape: dense pair, every strategy (eager; compiled too for forward), at the
-    first imbalance, dropless; the best strategy against the dense pair is the headline."""
+    """Per (T, D, F) shape: dense pair, every strategy (eager; the `compile` ones compiled too
+    for forward) and the plain comparator (the loop, compiled for forward, eager for forward +
+    backward), at the first imbalance, dropless; the dispatch chosen here (`chosen_headline`)
+    against the dense pair is the headline."""
     mode, out = _mode(backward), []
+    compiled = () if backward else with_plain(cfg.compile)
+    comparator = f"dispatch_{PLAIN}" + ("" if backward else "_compiled")
     for index, (tokens, hidden, _) in enumerate(cfg.shapes):
-        records = compare_strategies(
+        case, records = compare_strategies(
             cfg,
             facts,
             _case_kwargs(cfg, facts, index),
-            cfg.strategies,
+            with_plain(cfg.strategies),
             case_name=mode,
             backward=backward,
-            compiled=() if backward else cfg.compile,
+            compiled=compiled,
             progress=f"moe {mode}" if progress else None,
         )
-        label = f"MoE {mode}: best dispatch vs dense GEMM, same FLOPs (T={tokens}, D={hidden})"
-        out += best_headline(records, label)
+        label = (
+            f"MoE {mode}: dispatch chosen here vs dense GEMM, same FLOPs (T={tokens}, D={hidden})"
+        )
+        out += chosen_headline(records, case, facts, comparator=comparator, label=label)
     return out
 
 
 SEED_CASES = {  # case name -> (our dtype, headline label)
-    "seed_same_dtype": ("float32", "MoE forward: best dispatch vs seed-style, both float32"),
-    "seed_config": (None, "MoE forward: best dispatch ({dtype}) vs seed-style as it ran "
+    "seed_same_dtype": ("float32", "MoE forward: dispatch chosen here vs seed-style, both "
+                                   "float32"),
+    "seed_config": (None, "MoE forward: dispatch chosen here ({dtype}) vs seed-style as it ran "
                           "(float32, training mode)"),
 }  # fmt: skip
 
 
 def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> list[rec.Record]:
-    """Our strategies (eager forward) against the seed-style baseline at the first shape, in
-    one interleaved compare with baseline `seed_style`: case `seed_same_dtype` (ours in fp32)
-    or `seed_config` (ours in moe_dtype against the seed's fp32 training-mode forward)."""
+    """Our strategies (eager forward, the plain loop among them) against the seed-style
+    baseline at the first shape, in one interleaved compare with baseline `seed_style`: case
+    `seed_same_dtype` (ours in fp32) or `seed_config` (ours in moe_dtype against the seed's
+    fp32 training-mode forward). The headline: the dispatch chosen here (`chosen_headline`)."""
     dtype, label = SEED_CASES[case_name]
     kwargs = _case_kwargs(cfg, facts, dtype=dtype or cfg.dtype)
-    names = [f"dispatch_{s}" for s in cfg.strategies] + [SEED]
+    strategies = with_plain(cfg.strategies)
+    names = [f"dispatch_{s}" for s in strategies] + [SEED]
     reason = memory_reason({**kwargs, "dtype": "float32"}, facts)
     if reason:
         candidates = [_unsupported(n, reason) for n in names]
     else:
         case = make_case(**kwargs)
         ref = functools.cache(functools.partial(reference, case))
-        candidates = [strategy_candidate(s, case, ref=ref) for s in cfg.strategies]
+        candidates = [strategy_candidate(s, case, ref=ref) for s in strategies]
         candidates.append(seed_style_candidate(case))
+    measured = Case(TOPIC, case_name, _shape(kwargs), kwargs["dtype"], "forward")
     records = compare(
-        Case(TOPIC, case_name, _shape(kwargs), kwargs["dtype"], "forward"),
+        measured,
         candidates,
         facts=facts,
         baseline=SEED,
@@ -335,14 +366,18 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
         warmup=WARMUP,
     )
     records = _finish(records, kwargs["tokens"], peak=False)
-    return best_headline(records, label.format(dtype=kwargs["dtype"]))
+    label = label.format(dtype=kwargs["dtype"])
+    comparator = f"dispatch_{PLAIN}"
+    return chosen_headline(records, measured, facts, comparator=comparator, label=label)
 
 
 def section_capacity(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
     """Capacity-factor mode (priority drops) at the first shape: case `forward_capacity`,
     with the routing's load and drop figures in every record's metrics."""
     kwargs = _case_kwargs(cfg, facts, capacity_factor=cfg.capacity_factor)
-    records = compare_strategies(cfg, facts, kwargs, cfg.strategies, case_name="forward_capacity")
+    _, records = compare_strategies(
+        cfg, facts, kwargs, cfg.strategies, case_name="forward_capacity"
+    )
     if memory_reason(kwargs, facts):
         return records
     load = load_metrics(make_case(**kwargs).routing)
@@ -427,7 +462,7 @@ def section_sweep(
             cfg.sweep_strategies,
             case_name=f"sweep_{axis}",
             shape_extra={axis: value},
-        )
+        )[1]
     return out
 
 
@@ -442,6 +477,31 @@ def load_rows(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[dict]:
             for e, n in enumerate(metrics["tokens_per_expert"])
         ]
     return rows
+
+
+def variant_table(records: list[rec.Record]) -> pd.DataFrame:
+    """The dispatch candidates of a throughput section side by side, for this machine: time,
+    ratio against the dense pair with its interval, which one is used here (`variant`, and
+    whether this run measured or reused the cached choice) and any flag (a tuned strategy
+    slower than the plain comparator). Skipped and wrong candidates with their reason."""
+    rows = [
+        {
+            "case": r.case,
+            "D": r.shape.get("D"),
+            "implementation": r.implementation,
+            "status": r.status,
+            "median_ms": r.median_ms,
+            "ratio_vs_dense": r.ratio_vs_baseline,
+            "ratio_low": r.ratio_low,
+            "ratio_high": r.ratio_high,
+            "chosen": r.variant is not None and r.implementation == r.variant,
+            "choice": r.metrics.get("variant_source"),
+            "flags_or_reason": "; ".join(r.flags) or (r.reason or ""),
+        }
+        for r in records
+        if r.implementation.startswith("dispatch_")
+    ]
+    return pd.DataFrame(rows).round(3)
 
 
 def baseline_table(records: list[rec.Record]) -> pd.DataFrame:
@@ -478,4 +538,7 @@ def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     records += section_layers(cfg, facts)
     for axis in SWEEPS:
         records += section_sweep(axis, cfg, facts, progress=progress)
+    from kernel_lib.moe.bench_presets import section_presets  # it imports this module
+
+    records += section_presets(cfg, facts)
     return records

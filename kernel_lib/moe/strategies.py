@@ -15,9 +15,10 @@ from torch import Tensor
 from kernel_lib.config import parse_choice
 from kernel_lib.moe import dispatch
 from kernel_lib.moe.experts import FeedForwardExperts
+from kernel_lib.moe.packed import packing_unavailable
 from kernel_lib.moe.routing import Routing
 
-STRATEGIES = ("loop", "sorted_grouped", "sorted_segments", "padded", "triton")
+STRATEGIES = ("loop", "sorted_grouped", "sorted_segments", "packed_segments", "padded", "triton")
 ANY_EXPERTS = ("loop",)  # strategies that run every expert family; the others FFN experts only
 
 
@@ -57,6 +58,14 @@ def unavailable(
         return "Triton kernel needs a CUDA/ROCm GPU (tested on CPU under TRITON_INTERPRET=1)"
     if name == "triton" and backward:
         return "the Triton kernel is forward only (no autograd backward)"
+    if name == "packed_segments":
+        if backward:
+            return "prepacked oneDNN weights are inference only (no autograd)"
+        if compiled:
+            return (
+                "prepacked oneDNN linears are what Inductor's freezing emits; not compiled again"
+            )
+        return packing_unavailable(x, experts)
     if name == "sorted_grouped":
         try:
             dispatch.check_grouped_mm(x, experts)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from kernel_lib import variants
 from kernel_lib.moe.experts import FeedForwardExperts
 from kernel_lib.moe.routing import Routing, from_topk
 
@@ -48,3 +49,11 @@ def random_routing(
 @pytest.fixture
 def seeded():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def variant_cache(tmp_path_factory):
+    """Dispatch choices go to a temporary folder, never the repository's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(variants.CACHE_ENV, str(tmp_path_factory.mktemp("variants")))
+        yield

@@ -1,5 +1,6 @@
 import copy
 import dataclasses
+import time
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ PARAMS = dict(
     moe_backward=True, moe_layer_types=["standard", "switch"], moe_imbalance=[0.0, 1.0],
     moe_sweep_tokens=[32, 64], moe_sweep_experts=[2, 4], moe_sweep_top_k=[1, 2],
     moe_sweep_base_tokens=32, moe_sweep_strategies=["sorted_grouped"], moe_min_time_s=0.001,
+    moe_presets=["gpt-oss-20b"], moe_preset_tokens=32,
 )  # fmt: skip
 CFG = MoEBenchConfig.from_params(PARAMS)
 
@@ -48,7 +50,7 @@ def test_strategies_against_dense_with_interval_and_headline(records):
     assert grouped.baseline == "dense_gemm" and grouped.ratio_low <= grouped.ratio_high
     assert grouped.fraction_of_peak > 0 and fwd["dense_gemm"].ratio_vs_baseline is None
     heads = [r for r in records if r.headline and r.case in ("forward", "forward_backward")]
-    assert len(heads) == 2 and all(r.implementation.startswith("dispatch_") for r in heads)
+    assert len(heads) == 2 and all(r.implementation == r.variant for r in heads)
 
 
 def test_seed_style_compared_twice_each_labelled(records):
@@ -156,3 +158,61 @@ def test_make_case_bad_input(param, value):
     args = dict(tokens=8, hidden=8, ffn=8, experts=4, top_k=2, dtype="float32")
     with pytest.raises(ValueError, match=param):
         make_case(**{**args, param: value})
+
+
+def test_the_plain_comparator_is_timed_beside_every_chosen_dispatch(records):
+    plain = {"forward": "dispatch_loop_compiled", "forward_backward": "dispatch_loop"}
+    plain.update({case: "dispatch_loop" for case in bench.SEED_CASES})
+    for case, comparator in plain.items():
+        recs = {r.implementation: r for r in records if r.case == case}
+        assert recs[comparator].status == "ok", case
+        chosen = [r for r in recs.values() if r.headline]
+        assert len(chosen) == 1 and chosen[0].variant == chosen[0].implementation, case
+        assert chosen[0].metrics["variant_source"] in ("measured", "cached")
+
+
+@pytest.fixture
+def variants_here(tmp_path, monkeypatch):
+    """A fresh choice cache, and torch.compile as the identity (the comparator's compile is
+    tested by the suite; these tests are about the choice)."""
+    monkeypatch.setenv("KERNEL_WORKBOOK_VARIANT_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    return dataclasses.replace(
+        CFG, strategies=("loop", "sorted_segments", "padded"), compile=(), backward=False
+    )
+
+
+def _slowed(fn):
+    def slow(*args, **kwargs):
+        time.sleep(0.005)
+        return fn(*args, **kwargs)
+
+    return slow
+
+
+def _dispatch(records):
+    return {r.implementation: r for r in records if r.implementation.startswith("dispatch_")}
+
+
+def test_a_slow_strategy_is_never_chosen_and_flagged_against_the_plain_path(
+    monkeypatch, cpu_facts, variants_here
+):
+    monkeypatch.setattr(
+        dispatch, "dispatch_sorted_segments", _slowed(dispatch.dispatch_sorted_segments)
+    )
+    recs = _dispatch(bench.section_throughput(variants_here, cpu_facts))
+    slow = recs["dispatch_sorted_segments"]
+    assert slow.status == "ok" and slow.variant not in (None, slow.implementation)
+    assert not slow.headline and recs[slow.variant].headline
+    assert any("slower than its plain comparator dispatch_loop_compiled" in f for f in slow.flags)
+    assert recs["dispatch_loop"].variant is None  # the eager loop is no variant here
+    again = _dispatch(bench.section_throughput(variants_here, cpu_facts))
+    assert again[slow.variant].metrics["variant_source"] == "cached"
+
+
+def test_a_broken_fast_strategy_is_wrong_and_never_chosen(monkeypatch, cpu_facts, variants_here):
+    monkeypatch.setattr(dispatch, "dispatch_padded", lambda x, *a, **kw: torch.zeros_like(x))
+    recs = _dispatch(bench.section_throughput(variants_here, cpu_facts))
+    broken = recs["dispatch_padded"]
+    assert broken.status == "wrong" and broken.median_ms is None
+    assert broken.variant not in (None, "dispatch_padded") and not broken.headline

@@ -6,14 +6,16 @@ from hypothesis import strategies as st
 from kernel_lib.moe.capacity import apply_capacity
 from kernel_lib.moe.dispatch import (
     dispatch_loop,
+    dispatch_packed_segments,
     dispatch_padded,
     dispatch_sorted_grouped,
     dispatch_sorted_segments,
 )  # fmt: skip
 from tests.moe.conftest import as_fp64, make_experts, random_routing
 
-FAST = [dispatch_sorted_grouped, dispatch_sorted_segments, dispatch_padded]
-ANY_SHAPE = [dispatch_loop, dispatch_sorted_segments, dispatch_padded]
+DIFFERENTIABLE = [dispatch_sorted_grouped, dispatch_sorted_segments, dispatch_padded]
+FAST = [*DIFFERENTIABLE, dispatch_packed_segments]
+ANY_SHAPE = [dispatch_loop, dispatch_sorted_segments, dispatch_packed_segments, dispatch_padded]
 ACTIVATIONS = ["relu", "gelu", "swiglu"]
 
 
@@ -92,7 +94,7 @@ def test_bf16_close_to_reference(fn):
     _check(fn, torch.randn(50, 32, dtype=torch.bfloat16), random_routing(50, 4, 2), ex, rtol=3e-2)
 
 
-@pytest.mark.parametrize("fn", FAST)
+@pytest.mark.parametrize("fn", DIFFERENTIABLE)
 def test_gradients_match_reference(fn):
     ex = make_experts(4, 8, 12, activation="swiglu").requires_grad_(True)
     ex64 = as_fp64(ex).requires_grad_(True)
@@ -138,3 +140,11 @@ def test_expert_choice_routing(fn):
 
     routing = route_expert_choice(torch.randn(30, 4), capacity=9)
     _check(fn, torch.randn(30, 8), routing, make_experts(4, 8, 16))
+
+
+def test_packed_weights_follow_an_in_place_weight_change():
+    ex, x, routing = make_experts(3, 8, 16), torch.randn(11, 8), random_routing(11, 3, 2)
+    _check(dispatch_packed_segments, x, routing, ex)
+    with torch.no_grad():
+        ex.w_out.mul_(-2)  # a stale packing would give the old output
+    _check(dispatch_packed_segments, x, routing, ex)

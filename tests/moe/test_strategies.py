@@ -45,3 +45,11 @@ def test_misaligned_grouped_mm_and_triton_without_gpu(monkeypatch):
     assert "hidden=7" in unavailable("sorted_grouped", x, experts)
     if not torch.cuda.is_available():
         assert "GPU" in unavailable("triton", x, experts)
+
+
+def test_packed_segments_is_forward_only_and_not_compiled_again():
+    experts, x = make_experts(2, 16, 32), torch.randn(4, 16)
+    assert unavailable("packed_segments", x, experts) is None
+    assert "inference only" in unavailable("packed_segments", x, experts, backward=True)
+    assert "freezing" in unavailable("packed_segments", x, experts, compiled=True)
+    assert "float64" in unavailable("packed_segments", x.double(), experts.double())
