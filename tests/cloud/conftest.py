@@ -2,8 +2,10 @@
 first imported), a fixture catalog there, and GCP and AWS enabled by monkeypatch as SkyPilot's own tests do
 (tests/common_test_fixtures.py `enable_all_clouds`): no credentials, no network."""
 
+import atexit
 import importlib.util
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 if importlib.util.find_spec("sky") is not None:
     os.environ["SKY_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="sky-runtime-")
+    atexit.register(shutil.rmtree, os.environ["SKY_RUNTIME_DIR"], ignore_errors=True)
 
 # Reason shown where SkyPilot is absent (`make test` runs in .venv, SkyPilot lives in .venv-cloud).
 NO_SKY = "SkyPilot is installed in .venv-cloud only: run `make cloud-test`"
