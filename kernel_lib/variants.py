@@ -117,7 +117,8 @@ def choose(
         source = "measured"
         if choice is not None:
             _store(kernel, case, facts, choice)
-    plain = ok.get(comparator)
+    # the comparator need not be a variant itself (flex's plain attention is never chosen)
+    plain = next((r for r in records if r.implementation == comparator and r.status == "ok"), None)
 
     def mark(r: rec.Record) -> rec.Record:
         if r.implementation not in among:

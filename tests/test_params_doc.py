@@ -64,7 +64,7 @@ def test_params_of_one_notebook(capsys):
     assert cli.main(["params", "flex_attention", "--markdown"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("### `flex_attention.ipynb`") and "moe_" not in out
-    assert "| `attn_block_size`" in out and "a power of two >= 16" in out
+    assert "| `attn_block_sizes`" in out and "powers of two >= 16" in out
 
 
 def test_params_of_an_unknown_notebook_exits_2_naming_the_valid_ones(capsys):

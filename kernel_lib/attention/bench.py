@@ -1,23 +1,28 @@
-"""Attention benchmarks: every pattern through compiled flex, each SDPA backend, FlashAttention-2/3
-and the naive reference, all checked then timed in one interleaved `measure.compare` per case;
-forward + backward of causal; a window sweep and a sequence-length sweep. Returns records only.
+"""Attention benchmarks: flex's variants tuned on causal forward beside the plain compiled
+attention, then every pattern through the chosen compiled flex, each SDPA backend,
+FlashAttention-2/3 and the naive reference, all checked then timed in one interleaved
+`measure.compare` per case; forward + backward of causal; a window sweep and a sequence-length
+sweep. Returns records only.
 
 Legend: B batch, H heads, S sequence length, D head dim.
 A record's ratio_vs_baseline is over the fastest SDPA backend of the same compare (the window
-sweep: over causal flex, the sweep's question); `flops` counts the pairs the pattern allows,
-metrics.dense_* the full S x S work. Each flex compile (its first call) is a record of mode
-`first_call` carrying the check of that call's output.
+sweep: over causal flex, the sweep's question; the variants: over the plain compiled attention);
+`flops` counts the pairs the pattern allows, metrics.dense_* the full S x S work. Each flex
+compile (its first call) is a record of mode `first_call` carrying the check of that call's
+output; flex records name the variant they ran in `variant`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from functools import partial
 
 import torch
 from tqdm import tqdm
 
 from kernel_lib import records as rec
+from kernel_lib.attention import bench_decode
 from kernel_lib.attention.baselines import (
     SDPA_BACKENDS,
     attention_naive,
@@ -28,9 +33,16 @@ from kernel_lib.attention.baselines import (
     sdpa_inputs,
 )
 from kernel_lib.attention.checks import backward_check, forward_check
+from kernel_lib.attention.cold_compile import cold_compile
 from kernel_lib.attention.config import AttentionConfig
-from kernel_lib.attention.flex import block_sparsity, first_call, flex_attention_compiled
+from kernel_lib.attention.flex import (
+    FlexVariant,
+    block_sparsity,
+    first_call,
+    flex_attention_compiled,
+)
 from kernel_lib.attention.patterns import PatternConfig
+from kernel_lib.attention.plain import attention_naive_compiled, check_score_memory
 from kernel_lib.attention.shapes import (
     BACKWARD_FLOP_FACTOR,
     AttentionShape,
@@ -40,16 +52,17 @@ from kernel_lib.attention.shapes import (
 from kernel_lib.checks import Unsupported
 from kernel_lib.measure import Candidate, Case, compare, with_baseline
 from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.variants import choose
 
 TOPIC = "attention"
 FLEX = "flex_attention_compiled"
 FLEX_CAUSAL = "flex_attention_compiled_causal"  # the window sweep's baseline
 FLASH_VERSIONS = ("flash_attn_2", "flash_attn_3")
 NAIVE = "attention_naive"
+PLAIN = "attention_naive_compiled"  # the plain comparator of the tuned flex
 FORWARD, BACKWARD, FIRST_CALL = "forward", "forward_backward", "first_call"
+COLD_COMPILE = "cold_compile"  # a first call in a fresh process with an empty Inductor cache
 HEADLINE = "flex causal forward vs best SDPA backend"
-# The naive baseline materialises B*H*S*S scores (several copies): skipped above this many bytes.
-NAIVE_MAX_SCORE_BYTES = 2 * 2**30
 
 
 def _unsupported(reason: str):
@@ -62,10 +75,17 @@ def _flash(q, k, v, *, version: str, config: PatternConfig):
 
 
 def _naive(q, k, v, *, config: PatternConfig):
-    score_bytes = 3 * q.shape[0] * q.shape[1] * q.shape[2] ** 2 * q.element_size()
-    if score_bytes > NAIVE_MAX_SCORE_BYTES:
-        raise Unsupported(f"would materialise {score_bytes / 2**30:.1f} GiB of scores")
+    check_score_memory(q)
     return attention_naive(q, k, v, config)
+
+
+def variant_name(variant: FlexVariant) -> str:
+    """The implementation name of one flex variant in the tuning records (and in `variant`)."""
+    return f"{FLEX}_{variant.name}"
+
+
+def _flex(qkv, config: PatternConfig, variant: FlexVariant):
+    return partial(flex_attention_compiled, *qkv, config, **variant._asdict())
 
 
 def _baselines(config: PatternConfig, shape: AttentionShape, q) -> dict:
@@ -95,27 +115,23 @@ class _FlexCompile:
     """The flex candidate of one case, and the record of its first call when that call compiled
     during this case (its check is the check of that very output)."""
 
-    def __init__(self, config: PatternConfig, q, block_size: int):
-        self.config, self.q, self.block_size = config, q, block_size
-        self.new = first_call(config, q, block_size=block_size) is None
+    def __init__(self, config: PatternConfig, q, variant: FlexVariant):
+        self.config, self.q, self.variant = config, q, variant
+        self.new = first_call(config, q, **variant._asdict()) is None
         self.checks: list = []
 
     def candidate(self, name: str, fn, check, **fields) -> Candidate:
         return Candidate(name, fn, _keep_first(check, self.checks), **fields)
 
     def records(self, case: Case, facts: DeviceFacts, name: str = FLEX) -> list[rec.Record]:
-        call = first_call(self.config, self.q, block_size=self.block_size)
+        call = first_call(self.config, self.q, **self.variant._asdict())
         if not (self.new and call is not None and self.checks):
             return []
         common = {"facts": facts, "dtype": case.dtype, "shape": case.shape, "mode": FIRST_CALL}
         check = self.checks[0]
         if not check.passed:
             return [rec.wrong(TOPIC, case.case, name, check, **common)]
-        metrics = {
-            "section": "compile",
-            "new_graphs": call.new_graphs,
-            "block_size": self.block_size,
-        }
+        metrics = {"section": "compile", "new_graphs": call.new_graphs, **self.variant._asdict()}
         return [
             rec.measured(
                 TOPIC, case.case, name, call.timing, check=check, metrics=metrics, **common
@@ -132,6 +148,14 @@ def _with_metrics(records: list[rec.Record], **metrics) -> list[rec.Record]:
             added["dense_tflops"] = added["dense_flops"] / r.median_ms / 1e9
         out.append(dataclasses.replace(r, metrics=added))
     return out
+
+
+def _ran(records: list[rec.Record], variant: FlexVariant) -> list[rec.Record]:
+    """Records with the flex ones naming the variant they ran."""
+    return [
+        dataclasses.replace(r, variant=variant_name(variant)) if r.implementation == FLEX else r
+        for r in records
+    ]
 
 
 def _vs_best_sdpa(records: list[rec.Record]) -> list[rec.Record]:
@@ -151,33 +175,75 @@ def _timing(cfg: AttentionConfig, progress: bool, case: str) -> dict:
     }
 
 
+def tune_flex(
+    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+) -> tuple[FlexVariant, list[rec.Record]]:
+    """(the flex variant every other case runs, its records): causal forward at the pattern
+    sections' shape through each of `cfg.flex_variants()` and the plain comparator (the same
+    attention written plainly, through torch.compile), checked then timed interleaved; ratios
+    over the plain one. The fastest ok variant is chosen by `variants.choose` (cached per
+    machine; a variant slower than the plain comparator is flagged). When none ran, the first
+    variant is returned and every flex case records the same reason."""
+    shape, causal = cfg.shape(), cfg.pattern("causal")
+    qkv = make_qkv(shape, device=facts.device, seed=0)
+    check = forward_check(causal, *qkv)
+    needed, dense = attention_flops(causal, shape)
+    flexes = {variant_name(v): _FlexCompile(causal, qkv[0], v) for v in cfg.flex_variants()}
+    candidates = [
+        flex.candidate(
+            name,
+            _flex(qkv, causal, flex.variant),
+            check,
+            flops=needed,
+            metrics=flex.variant._asdict(),
+        )
+        for name, flex in flexes.items()
+    ]
+    candidates.append(
+        Candidate(PLAIN, partial(attention_naive_compiled, *qkv, causal), check, flops=needed)
+    )
+    this = Case(TOPIC, "causal", shape.as_dict(), shape.dtype, FORWARD)
+    out = compare(
+        this, candidates, facts=facts, baseline=PLAIN, **_timing(cfg, progress, "flex variants")
+    )
+    choice, out = choose(
+        "flex_attention", this, out, facts=facts, among=tuple(flexes), comparator=PLAIN
+    )
+    out = _with_metrics(out, section="flex_variants", dense_flops=dense)
+    for name, flex in flexes.items():
+        out += flex.records(this, facts, name)
+    return flexes[choice or next(iter(flexes))].variant, out
+
+
 def forward_case(
     cfg: AttentionConfig,
     config: PatternConfig,
     shape: AttentionShape,
     *,
     facts: DeviceFacts,
+    variant: FlexVariant,
     case: str,
     section: str,
     progress: bool = False,
 ) -> list[rec.Record]:
-    """Forward of `config`: compiled flex, every SDPA backend, FlashAttention-2/3 and naive,
-    each checked against the fp64 reference at this shape, then timed interleaved; ratios
-    over the best SDPA backend. Plus flex's first-call record when this case compiled it."""
+    """Forward of `config`: compiled flex (`variant`), every SDPA backend, FlashAttention-2/3
+    and naive, each checked against the fp64 reference at this shape, then timed interleaved;
+    ratios over the best SDPA backend. Plus flex's first-call record when this case compiled
+    it."""
     qkv = make_qkv(shape, device=facts.device, seed=0)
     check = forward_check(config, *qkv)
     needed, dense = attention_flops(config, shape)
-    flex = _FlexCompile(config, qkv[0], cfg.block_size)
+    flex = _FlexCompile(config, qkv[0], variant)
     sparsity = block_sparsity(
-        config, shape.seq_len, block_size=cfg.block_size, device=qkv[0].device
+        config, shape.seq_len, block_size=variant.block_size, device=qkv[0].device
     )
     candidates = [
         flex.candidate(
             FLEX,
-            partial(flex_attention_compiled, *qkv, config, block_size=cfg.block_size),
+            _flex(qkv, config, variant),
             check,
             flops=needed,
-            metrics={"block_size": cfg.block_size, "block_sparsity_%": sparsity},
+            metrics={**variant._asdict(), "block_sparsity_%": sparsity},
         )
     ]
     candidates += [
@@ -189,11 +255,16 @@ def forward_case(
     out = _with_metrics(
         _vs_best_sdpa(out), section=section, dense_flops=dense, needed_fraction=needed / dense
     )
-    return out + flex.records(this, facts)
+    return _ran(out + flex.records(this, facts), variant)
 
 
 def backward_case(
-    cfg: AttentionConfig, config: PatternConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionConfig,
+    config: PatternConfig,
+    *,
+    facts: DeviceFacts,
+    variant: FlexVariant,
+    progress: bool = False,
 ) -> list[rec.Record]:
     """Forward + backward (dq, dk, dv of sum(out * grad_out)) of flex, every SDPA backend and
     naive, checked against fp64 reference gradients; flex has no CPU backward (skipped)."""
@@ -203,8 +274,8 @@ def backward_case(
     check = backward_check(config, *qkv, grad_out)
     needed, dense = attention_flops(config, shape)
     factor = 1 + BACKWARD_FLOP_FACTOR
-    flex = _FlexCompile(config, qkv[0], cfg.block_size)
-    flex_call = partial(flex_attention_compiled, config=config, block_size=cfg.block_size)
+    flex = _FlexCompile(config, qkv[0], variant)
+    flex_call = partial(flex_attention_compiled, config=config, **variant._asdict())
     candidates = [
         flex.candidate(
             FLEX, partial(_grads, flex_call, qkv, grad_out), check, flops=needed * factor
@@ -218,7 +289,7 @@ def backward_case(
     this = Case(TOPIC, config.name, shape.as_dict(), shape.dtype, BACKWARD)
     out = compare(this, candidates, facts=facts, **_timing(cfg, progress, f"{config.name} bwd"))
     out = _with_metrics(_vs_best_sdpa(out), section="backward", dense_flops=dense * factor)
-    return out + flex.records(this, facts)
+    return _ran(out + flex.records(this, facts), variant)
 
 
 def _grads(call, qkv, grad_out):
@@ -226,10 +297,11 @@ def _grads(call, qkv, grad_out):
 
 
 def time_patterns(
-    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
 ) -> list[rec.Record]:
     """Forward records of every pattern, then forward + backward of causal (or of the first
-    pattern when causal is not among them). Declares the headline: flex causal forward."""
+    pattern when causal is not among them), flex run as `variant`. Declares the headline: flex
+    causal forward."""
     out = []
     for config in tqdm(cfg.pattern_configs(), desc="patterns", disable=not progress):
         out += forward_case(
@@ -237,13 +309,14 @@ def time_patterns(
             config,
             cfg.shape(),
             facts=facts,
+            variant=variant,
             case=config.name,
             section="patterns",
             progress=progress,
         )
     out = [_headline(r) for r in out]
     first = cfg.pattern("causal" if "causal" in cfg.patterns else cfg.patterns[0])
-    return out + backward_case(cfg, first, facts=facts, progress=progress)
+    return out + backward_case(cfg, first, facts=facts, variant=variant, progress=progress)
 
 
 def _headline(record: rec.Record) -> rec.Record:
@@ -254,7 +327,7 @@ def _headline(record: rec.Record) -> rec.Record:
 
 
 def window_sweep(
-    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
 ) -> list[rec.Record]:
     """Causal sliding window at each window: flex and every SDPA backend, with causal flex on
     the same inputs as the baseline (ratio = speedup the window buys, with its interval);
@@ -265,20 +338,15 @@ def window_sweep(
     causal = cfg.pattern("causal")
     causal_check = forward_check(causal, *qkv)  # its reference is built once for all windows
     causal_flops, dense = attention_flops(causal, shape)
-    flex_causal = partial(flex_attention_compiled, *qkv, causal, block_size=cfg.block_size)
+    flex_causal = _flex(qkv, causal, variant)
     out = []
     for window in tqdm(cfg.windows, desc="windows", disable=not progress):
         config = cfg.pattern("causal_sliding_window", window=window)
         check = forward_check(config, *qkv)
         needed, _ = attention_flops(config, shape)
-        flex = _FlexCompile(config, qkv[0], cfg.block_size)
+        flex = _FlexCompile(config, qkv[0], variant)
         candidates = [
-            flex.candidate(
-                FLEX,
-                partial(flex_attention_compiled, *qkv, config, block_size=cfg.block_size),
-                check,
-                flops=needed,
-            ),
+            flex.candidate(FLEX, _flex(qkv, config, variant), check, flops=needed),
             Candidate(FLEX_CAUSAL, flex_causal, causal_check, flops=causal_flops),
         ]
         candidates += [
@@ -299,11 +367,11 @@ def window_sweep(
             dense_flops=dense,
         )
         out += flex.records(this, facts)
-    return out
+    return _ran(out, variant)
 
 
 def seq_sweep(
-    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
 ) -> list[rec.Record]:
     """Causal attention at each sequence length through every implementation (forward_case)."""
     causal = cfg.pattern("causal")
@@ -314,6 +382,7 @@ def seq_sweep(
             causal,
             cfg.shape(seq_len),
             facts=facts,
+            variant=variant,
             case=f"causal_s{seq_len}",
             section="seq_sweep",
             progress=progress,
@@ -322,9 +391,39 @@ def seq_sweep(
 
 
 def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
-    """The notebook's measurements in its order: patterns (+ backward), windows, lengths."""
+    """The notebook's measurements in its order: flex variants, patterns (+ backward),
+    windows, lengths, the cold compile."""
     cfg = AttentionConfig.from_params(params)
     facts = device_facts()
-    out = time_patterns(cfg, facts=facts, progress=progress)
-    out += window_sweep(cfg, facts=facts, progress=progress)
-    return out + seq_sweep(cfg, facts=facts, progress=progress)
+    variant, out = tune_flex(cfg, facts=facts, progress=progress)
+    out += time_patterns(cfg, facts=facts, variant=variant, progress=progress)
+    out += window_sweep(cfg, facts=facts, variant=variant, progress=progress)
+    out += seq_sweep(cfg, facts=facts, variant=variant, progress=progress)
+    out += bench_decode.inference(cfg, facts=facts, variant=variant, progress=progress)
+    return out + cold_compile_case(cfg, facts=facts, variant=variant)
+
+
+def cold_compile_case(
+    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant
+) -> list[rec.Record]:
+    """[] unless cfg.cold_compile, else the record (mode `cold_compile`) of one flex compile of
+    causal at the pattern sections' shape in a fresh process with an empty Inductor cache
+    (cold_compile.py), that call's output checked against the fp64 reference."""
+    if not cfg.cold_compile:
+        return []
+    shape, causal = cfg.shape(), cfg.pattern("causal")
+    common = {"facts": facts, "dtype": shape.dtype, "shape": shape.as_dict(), "mode": COLD_COMPILE}
+    try:
+        got = cold_compile(causal, shape, variant=variant, device=facts.device)
+    except Unsupported as why:
+        return [rec.skipped(TOPIC, causal.name, FLEX, str(why), **common)]
+    except (RuntimeError, subprocess.TimeoutExpired) as why:
+        return [rec.failed(TOPIC, causal.name, FLEX, str(why), **common)]
+    check = forward_check(causal, *make_qkv(shape, device=facts.device, seed=0))(got.output)
+    if not check.passed:
+        return [rec.wrong(TOPIC, causal.name, FLEX, check, **common)]
+    metrics = {"section": "compile", "new_graphs": got.new_graphs, **variant._asdict()}
+    record = rec.measured(
+        TOPIC, causal.name, FLEX, got.timing, check=check, metrics=metrics, **common
+    )
+    return _ran([record], variant)

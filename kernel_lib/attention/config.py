@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_lib.attention.flex import valid_block_size
-from kernel_lib.attention.patterns import PATTERNS, PatternConfig
+from kernel_lib.attention.flex import FlexVariant, valid_block_size
+from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS, PatternConfig
 from kernel_lib.attention.reference import CHUNK_BYTES, FULL_CHECK_MAX_SEQ_LEN
 from kernel_lib.attention.shapes import AttentionShape
 from kernel_lib.config import (
@@ -45,8 +45,9 @@ class AttentionConfig:
     )
     dtype: str = param("float32", f"input dtype; one of {', '.join(DTYPES)}")
     patterns: tuple[str, ...] = param(
-        tuple(PATTERNS),
-        "patterns checked and timed, in order; a non-empty list of registered names (default: all)",
+        tuple(p for p in PATTERNS if p not in GYM_PATTERNS),
+        "patterns checked and timed, in order; a non-empty list of registered names "
+        "(default: all but the attention-gym families of gym_patterns)",
     )
     window: int = param(
         128, f"band half-width of the window patterns (tokens); 0 < window <= {PREFIX}seq_len"
@@ -56,13 +57,51 @@ class AttentionConfig:
     dilation: int = param(2, "dilated: stride between attended keys; an int > 0")
     num_global: int = param(16, "global_local: global tokens at the start; an int >= 0")
     softcap: float = param(20.0, "softcap: tanh cap on scores; a finite number > 0")
-    block_size: int = param(64, "flex BlockMask tile (tokens); a power of two >= 16")
+    block_sizes: tuple[int, ...] = param(
+        (64, 128),
+        "flex BlockMask tiles tried on causal forward (the fastest here is used everywhere); "
+        "a non-empty list of powers of two >= 16",
+    )
+    upcast: bool = param(
+        True, "also try bf16/fp16 flex computed in fp32 (on causal forward); True or False"
+    )
+    cold_compile: bool = param(
+        True,
+        "time one cold flex compile (fresh process, empty Inductor cache: tens of seconds on a "
+        "CPU); True or False",
+    )
     windows: tuple[int, ...] = param(
         (32, 64, 128, 256, 512),
         f"window sweep (causal sliding window); a non-empty list, each 0 < w <= {PREFIX}seq_len",
     )
     seq_lens: tuple[int, ...] = param(
         (256, 512, 1024, 2048), "sequence-length sweep (causal); a non-empty list of ints > 0"
+    )
+    gym_patterns: tuple[str, ...] = param(
+        ("neighbourhood_2d", "shared_prefix", "sandwich"),
+        "attention-gym families timed at the pattern shape (one flex compile each; block "
+        f"sparsity is counted for all); a list of names among {', '.join(GYM_PATTERNS)}",
+    )
+    decode_heads: int = param(
+        32, "Hq, query heads of the decode cases; a multiple of decode_kv_heads"
+    )
+    decode_kv_heads: int = param(8, "Hkv, key/value heads of GQA decode (MQA: 1); an int > 0")
+    decode_head_dim: int = param(128, "D of the decode cases; an int > 0")
+    decode_kv_len: int = param(8192, "KV-cache length of the decode cases (tokens); an int > 0")
+    decode_q_len: int = param(
+        4, "query positions of the multi-token decode case; 0 < q_len <= decode_kv_len"
+    )
+    decode_dtype: str = param("bfloat16", f"dtype of the decode cases; one of {', '.join(DTYPES)}")
+    decode_kv_lens: tuple[int, ...] = param(
+        (1024, 2048, 4096, 8192),
+        "KV-length sweep of one-token GQA decode (one flex compile each); a list of ints > 0",
+    )
+    cross_q_len: int = param(200, "cross-attention: query tokens (keys: cross_kv_len); an int > 0")
+    cross_kv_len: int = param(
+        1000, "cross-attention: key tokens, split into num_docs documents; an int >= num_docs"
+    )
+    page_size: int = param(
+        128, "paged KV: tokens per page (and flex's key tile); a power of two >= 16"
     )
     reps: int = param(
         10, f"interleaved timing rounds per case (after one warm-up); an int >= {MIN_ROUNDS}"
@@ -99,6 +138,7 @@ class AttentionConfig:
         object.__setattr__(self, "patterns", tuple(self.patterns))
         object.__setattr__(self, "windows", tuple(self.windows))
         object.__setattr__(self, "seq_lens", tuple(self.seq_lens))
+        object.__setattr__(self, "block_sizes", tuple(self.block_sizes))
         require(len(self.patterns) > 0, p + "patterns", self.patterns, "a non-empty list")
         for name in self.patterns:
             parse_choice(name, PATTERNS, param=p + "patterns")
@@ -114,12 +154,56 @@ class AttentionConfig:
                 f"all <= {p}seq_len={self.seq_len}",
             )
         positive_list(self.seq_lens, p + "seq_lens")
+        require(len(self.block_sizes) > 0, p + "block_sizes", self.block_sizes, "a non-empty list")
         require(
-            valid_block_size(self.block_size),
-            p + "block_size",
-            self.block_size,
+            all(valid_block_size(b) for b in self.block_sizes),
+            p + "block_sizes",
+            self.block_sizes,
+            "powers of two >= 16",
+        )
+        for name in (
+            "decode_heads",
+            "decode_kv_heads",
+            "decode_head_dim",
+            "decode_kv_len",
+            "decode_q_len",
+            "cross_q_len",
+            "cross_kv_len",
+        ):
+            positive(getattr(self, name), p + name)
+        require(
+            self.decode_heads % self.decode_kv_heads == 0,
+            p + "decode_heads",
+            self.decode_heads,
+            f"a multiple of {p}decode_kv_heads={self.decode_kv_heads}",
+        )
+        require(
+            self.decode_q_len <= self.decode_kv_len,
+            p + "decode_q_len",
+            self.decode_q_len,
+            f"<= {p}decode_kv_len={self.decode_kv_len}",
+        )
+        require(
+            self.cross_kv_len >= self.num_docs,
+            p + "cross_kv_len",
+            self.cross_kv_len,
+            f">= {p}num_docs={self.num_docs}",
+        )
+        parse_dtype(self.decode_dtype, param=p + "decode_dtype", allowed=DTYPES)
+        object.__setattr__(self, "gym_patterns", tuple(self.gym_patterns))
+        object.__setattr__(self, "decode_kv_lens", tuple(self.decode_kv_lens))
+        for name in self.gym_patterns:
+            parse_choice(name, GYM_PATTERNS, param=p + "gym_patterns")
+        positive_list(self.decode_kv_lens, p + "decode_kv_lens")
+        require(
+            valid_block_size(self.page_size),
+            p + "page_size",
+            self.page_size,
             "a power of two >= 16",
         )
+        for name in ("upcast", "cold_compile"):
+            value = getattr(self, name)
+            require(isinstance(value, bool), p + name, value, "True or False")
 
     @classmethod
     def from_params(cls, params: dict) -> AttentionConfig:
@@ -166,6 +250,12 @@ class AttentionConfig:
             "softcap": self.softcap,
         }
         return PatternConfig(name, **{**numbers, **overrides})
+
+    def flex_variants(self) -> list[FlexVariant]:
+        """The flex candidates tuned on causal forward: each tile, and for bf16/fp16 inputs
+        (when `upcast`) each tile again computing in fp32."""
+        upcasts = (False, True) if self.upcast and self.dtype != "float32" else (False,)
+        return [FlexVariant(b, u) for u in upcasts for b in self.block_sizes]
 
     def pattern_configs(self) -> list[PatternConfig]:
         return [self.pattern(name) for name in self.patterns]

@@ -88,6 +88,18 @@ def block_sparsity(
     return 100.0 * (1.0 - float(visited) / tiles)
 
 
+class FlexVariant(NamedTuple):
+    """One way to run compiled flex (flex_attention_compiled's options): the BlockMask tile,
+    which on a CPU is also the kernel's (query, key) tile, and fp32 compute for bf16/fp16."""
+
+    block_size: int = 128
+    upcast: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"block{self.block_size}" + ("_fp32" if self.upcast else "")
+
+
 class FirstCall(NamedTuple):
     """The first call of one (pattern, shape, dtype, device, block size): compile + one run."""
 
@@ -102,14 +114,17 @@ class FirstCall(NamedTuple):
 _FIRST_CALLS: dict[tuple, FirstCall] = {}
 
 
-def first_call(config: PatternConfig, q: Tensor, *, block_size: int = 128) -> FirstCall | None:
+def first_call(
+    config: PatternConfig, q: Tensor, *, block_size: int = 128, upcast: bool = False
+) -> FirstCall | None:
     """The logged first call of `config` on inputs shaped like q, or None if not yet called."""
-    return _FIRST_CALLS.get(_first_call_key(config, q, block_size))
+    return _FIRST_CALLS.get(_first_call_key(config, q, block_size, upcast))
 
 
-def _first_call_key(config: PatternConfig, q: Tensor, block_size: int) -> tuple:
+def _first_call_key(config: PatternConfig, q: Tensor, block_size: int, upcast: bool) -> tuple:
+    dtype = torch.float32 if upcast else q.dtype  # the dtype the kernel was compiled for
     # requires_grad compiles a different forward graph (it saves what backward needs)
-    return (config, tuple(q.shape), q.dtype, str(q.device), q.requires_grad, block_size)
+    return (config, tuple(q.shape), dtype, str(q.device), q.requires_grad, block_size)
 
 
 def first_calls() -> list[FirstCall]:
@@ -166,18 +181,32 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 
 def flex_attention_compiled(
-    q: Tensor, k: Tensor, v: Tensor, config: PatternConfig, *, block_size: int = 128
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    config: PatternConfig,
+    *,
+    block_size: int = 128,
+    upcast: bool = False,
 ) -> Tensor:
     """Compiled flex_attention of q, k, v: (B, H, S, D) under `config`'s mask and score_mod.
 
-    fp32/bf16/fp16 in, same dtype out (softmax accumulates in fp32). The first call for a new
-    (pattern, shape, block size) compiles (seconds) and is logged (see first_calls); later
-    calls reuse the kernel and block mask.
+    fp32/bf16/fp16 in, same dtype out (softmax accumulates in fp32). `upcast`: bf16/fp16
+    inputs are copied to fp32, run through the fp32 kernel and the output cast back (on a CPU
+    without AMX the fp32 GEMMs can beat the bf16 ones; the cast can't fuse into Inductor's CPU
+    flex template, so it runs outside it). The first call for a new (pattern, shape, dtype,
+    block size) compiles (seconds) and is logged (see first_calls); later calls reuse the
+    kernel and block mask.
     """
     if not isinstance(config, PatternConfig):
         raise TypeError(f"config must be a PatternConfig, got {type(config).__name__}")
     check_inputs(q, k, v)
     _check_block_size(block_size)
+    if upcast and q.dtype != torch.float32:
+        out = flex_attention_compiled(
+            q.float(), k.float(), v.float(), config, block_size=block_size
+        )
+        return out.to(q.dtype)
     _, H, S, _ = q.shape
     device = str(q.device)
     pattern = _pattern(config, S, H, device)
@@ -185,7 +214,7 @@ def flex_attention_compiled(
     call = functools.partial(
         compiled_flex_attention(), q, k, v, score_mod=pattern.score_mod, block_mask=block_mask
     )
-    key = _first_call_key(config, q, block_size)
+    key = _first_call_key(config, q, block_size, upcast=False)
     if key in _FIRST_CALLS:
         return call()
     graphs, result = compiled_graphs(), []

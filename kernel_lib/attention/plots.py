@@ -124,19 +124,55 @@ def plot_window_speedup(frame: pd.DataFrame):
     return fig
 
 
+def plot_flex_variants(frame: pd.DataFrame):
+    """Causal forward time of each flex variant beside the plain compiled attention (whiskers
+    p10 to p90 of the timed calls); the title names the variant chosen here."""
+    data = _ok(frame, "flex_variants")
+    ax, _ = grouped_bars(
+        data.assign(implementation=data["implementation"].str.removeprefix(f"{FLEX}_")),
+        index="implementation",
+        columns="dtype",
+        values="median_ms",
+        figsize=(7, 3.5),
+        rot=0,
+        legend=False,
+    )
+    ax.set_ylabel("forward time, median (ms;\nwhiskers p10 to p90)")
+    ax.set_xlabel("flex variant (block tile, compute dtype) or plain comparator")
+    chosen = data["variant"].dropna()
+    shape = data.iloc[0] if len(data) else None
+    where = (
+        ""
+        if shape is None
+        else (
+            f" B={shape['shape.batch']} H={shape['shape.heads']} S={shape['shape.seq_len']} "
+            f"D={shape['shape.head_dim']} {shape['dtype']}"
+        )
+    )
+    ax.set_title(
+        f"Flex causal forward variants{where} (lower is better)\nchosen here: "
+        + (chosen.iloc[0].removeprefix(f"{FLEX}_") if len(chosen) else "none ran")
+    )
+    ax.figure.tight_layout()
+    return ax.figure
+
+
 def plot_compile_times(frame: pd.DataFrame):
-    """Seconds of each flex first call (compile + one run); label = graphs it compiled."""
+    """Seconds of each flex first call (compile + one run), then the cold compile (a fresh
+    process, empty Inductor cache); label = graphs it compiled."""
     data = _ok(frame, "compile")
     labels = [
-        f"{c.removesuffix('_first_call')} S={s}"
-        for c, s in zip(data["case"], data["shape.seq_len"])
+        " ".join([c, i.removeprefix(FLEX).lstrip("_"), f"S={s}", m.replace("first_call", "")])
+        for c, i, s, m in zip(
+            data["case"], data["implementation"], data["shape.seq_len"], data["mode"]
+        )
     ]
     fig, ax = plt.subplots(figsize=(10, 4))
     bars = ax.bar(np.arange(len(data)), data["median_ms"] / 1e3)
     ax.bar_label(bars, labels=[f"{int(g)}" for g in data["metrics.new_graphs"]], fontsize=7)
     ax.set_xticks(np.arange(len(data)), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("first call: compile + one run (s)")
-    ax.set_title("Flex first calls in call order (label: new graphs compiled)")
+    ax.set_title("Flex first calls in call order, then a cold compile (label: new graphs)")
     fig.tight_layout()
     return fig
 

@@ -11,6 +11,8 @@ from kernel_lib.records import Record, to_frame
 COLUMNS = {
     "case": "case",
     "implementation": "implementation",
+    "mode": "mode",
+    "variant": "variant",
     "median_ms": "median_ms",
     "tflops": "tflops_needed",
     "metrics.dense_tflops": "tflops_dense_eq",
@@ -25,8 +27,8 @@ COLUMNS = {
 
 
 def section_table(records: list[Record], section: str, *, digits: int = 3) -> pd.DataFrame:
-    """The measured rows of one notebook section (patterns, backward, window_sweep, seq_sweep,
-    compile)."""
+    """The measured rows of one notebook section (flex_variants, patterns, backward,
+    window_sweep, seq_sweep, compile)."""
     frame = to_frame(records)
     frame = frame[(frame["status"] == "ok") & (frame["metrics.section"] == section)]
     columns = [c for c in COLUMNS if c in frame and frame[c].notna().any()]

@@ -18,7 +18,7 @@ CFG = AttentionConfig(
     heads=FLEX_SHAPE.heads,
     seq_len=FLEX_SHAPE.seq_len,
     head_dim=FLEX_SHAPE.head_dim,
-    block_size=FLEX_BLOCK,
+    block_sizes=(FLEX_BLOCK,),
     window=17,
     windows=(17,),
     seq_lens=(FLEX_SHAPE.seq_len,),
@@ -38,7 +38,13 @@ def test_causal_mask_replaced_by_full_is_wrong(monkeypatch, cpu_facts):
     flex._pattern.cache_clear()  # the cached mods were built from the unbroken entry
     monkeypatch.setattr(flex, "_FIRST_CALLS", {})
     records = bench.forward_case(
-        CFG, CFG.pattern("causal"), CFG.shape(), facts=cpu_facts, case="causal", section="patterns"
+        CFG,
+        CFG.pattern("causal"),
+        CFG.shape(),
+        facts=cpu_facts,
+        variant=flex.FlexVariant(FLEX_BLOCK),
+        case="causal",
+        section="patterns",
     )
     flex._pattern.cache_clear()
     status = {(r.implementation, r.mode): r.status for r in records}

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from kernel_lib.attention.config import AttentionConfig
-from kernel_lib.attention.patterns import PATTERNS
+from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS
 
 
 def test_from_params_strips_the_prefix_and_keeps_defaults():
@@ -15,7 +15,9 @@ def test_from_params_strips_the_prefix_and_keeps_defaults():
 
 
 def test_defaults_cover_every_pattern():
-    assert AttentionConfig().patterns == tuple(PATTERNS)
+    cfg = AttentionConfig()
+    assert set(cfg.patterns) | set(GYM_PATTERNS) == set(PATTERNS)
+    assert not set(cfg.patterns) & set(GYM_PATTERNS)  # the gym families run in their section
 
 
 @pytest.mark.parametrize("field, value, match", [
@@ -26,8 +28,10 @@ def test_defaults_cover_every_pattern():
     ("seq_lens", [], "attn_seq_lens"),
     ("patterns", ["causal", "diagonal"], "attn_patterns='diagonal'"),
     ("dtype", "float64", "attn_dtype='float64'"),
-    ("block_size", 48, "attn_block_size=48"),
-    ("block_size", 0, "attn_block_size=0"),
+    ("block_sizes", [64, 48], "attn_block_sizes"),
+    ("block_sizes", [], "attn_block_sizes"),
+    ("upcast", "yes", "attn_upcast"),
+    ("cold_compile", 1, "attn_cold_compile"),
     ("prefix_len", -1, "attn_prefix_len=-1"),
     ("reps", 0, "attn_reps=0"),
 ])  # fmt: skip

@@ -118,3 +118,14 @@ def test_unsupported_device():
     q = torch.randn(1, 2, 8, 16, device="meta")
     with pytest.raises(ValueError, match="device=meta"):
         flex.flex_attention_compiled(q, q, q, flex_config("causal"))
+
+
+def test_upcast_runs_the_fp32_kernel_and_returns_the_input_dtype(flex_qkv):
+    config = flex_config("causal")
+    q, k, v = (t.bfloat16() for t in flex_qkv)
+    out = flex.flex_attention_compiled(q, k, v, config, block_size=FLEX_BLOCK, upcast=True)
+    assert out.dtype == torch.bfloat16
+    call = flex.first_call(config, q, block_size=FLEX_BLOCK, upcast=True)
+    assert call is not None and call.dtype == "float32"  # the fp32 kernel, compiled once
+    error = float((out.double() - reference_output(q, k, v, config)).abs().max())
+    assert error < 1e-2, f"max error {error:.2e} vs fp64 (bf16 in, fp32 compute, bf16 out)"
