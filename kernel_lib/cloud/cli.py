@@ -46,7 +46,9 @@ def cmd_launch(args) -> int:
         for p in platforms
     }
     if args.dry_run:
-        for platform, config in configs.items():
+        for index, (platform, config) in enumerate(configs.items()):
+            if index:
+                print("---")  # one YAML document per platform
             print(f"# {platform}: {_resources(config)}")
             print(tasks.task_yaml(config))
         return 0
