@@ -34,7 +34,7 @@ from kernel_lib.attention.decode import (
     sdpa_kwargs,
 )
 from kernel_lib.attention.flex import FlexVariant, compiled_graphs
-from kernel_lib.attention.paged import flex_paged, gather_reference, page_cache
+from kernel_lib.attention.paged import flex_paged, gather, page_cache
 from kernel_lib.attention.patterns import GYM_PATTERNS
 from kernel_lib.attention.reference import dense_block_sparsity, gqa_reference
 from kernel_lib.checks import against
@@ -177,7 +177,7 @@ def decode_sweep(
 
 
 def _gathered(q, cache, shape: DecodeShape, block_size: int):
-    k, v = gather_reference(cache)
+    k, v = gather(cache)
     return flex_decode(q, k.contiguous(), v.contiguous(), shape, block_size=block_size)
 
 

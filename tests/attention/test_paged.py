@@ -24,6 +24,8 @@ def test_pool_and_table_hold_the_dense_cache():
     assert len(set(cache.block_table.flatten().tolist())) == 6  # no page shared
     dense_k, dense_v = paged.gather_reference(cache)
     assert torch.equal(dense_k, k) and torch.equal(dense_v, v)
+    fast_k, fast_v = paged.gather(cache)
+    assert torch.equal(fast_k, k) and torch.equal(fast_v, v)
 
 
 def test_logical_pages_invert_the_table():
