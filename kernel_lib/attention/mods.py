@@ -79,3 +79,13 @@ def sandwich(table: Tensor, slopes: Tensor) -> ScoreMod:
         return score + table[q_idx - kv_idx + offset] * slopes[h]
 
     return sandwich_score
+
+
+def graph_spatial_bias(table: Tensor, distances: Tensor) -> ScoreMod:
+    """Graphormer spatial encoding table[h, distances[q, kv]]; table: (H, M + 2), distances:
+    (S, S) int shortest-path hops clamped to M + 1 (graph.py)."""
+
+    def graph_spatial_score(score, b, h, q_idx, kv_idx):
+        return score + table[h, distances[q_idx, kv_idx]]
+
+    return graph_spatial_score

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from kernel_lib.attention import masks, mods
+from kernel_lib.attention import graph, masks, mods
 
 
 @dataclass(frozen=True)
@@ -292,6 +292,21 @@ def _sandwich_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Te
     return sandwich_slopes(num_heads, offsets.device).double()[:, None, None] * bias[None]
 
 
+def _graphormer_mod(config: PatternConfig, num_heads: int, seq_len: int, device: str):
+    distances = graph.shortest_paths(seq_len, config.seed, config.max_distance).to(device)
+    table = graph.spatial_bias_table(num_heads, config.max_distance, config.seed, device)
+    return mods.graph_spatial_bias(table, distances)
+
+
+def _graphormer_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
+    """Bias of query rows q = -offsets[:, 0] (offsets are kv - q over every key)."""
+    seq_len = offsets.shape[1]
+    rows = -offsets[:, 0].cpu()
+    distances = graph.shortest_paths_reference(seq_len, config.seed, config.max_distance)[rows]
+    table = graph.spatial_bias_table(num_heads, config.max_distance, config.seed).double()
+    return table[:, distances].to(offsets.device)
+
+
 REGISTERED = (
     # no mask, no bias: the dense baseline every sparse pattern is compared with
     Pattern("full", _full, flash=lambda c: {}),
@@ -349,6 +364,8 @@ GYM_REGISTERED = (
     # one causal prompt, continuations that see all of it and themselves causally
     Pattern("shared_prefix", _shared_prefix, _shared_prefix_mod),
     Pattern("block_diffusion", _block_diffusion, _block_diffusion_mod),  # BD3-LM training
+    # nodes of a seeded small-world graph, biased by hop distance (max_distance: M)
+    Pattern("graphormer", _full, score_mod=_graphormer_mod, dense_bias=_graphormer_bias),
     Pattern(  # causal + sandwich bias
         "sandwich",
         _causal,
