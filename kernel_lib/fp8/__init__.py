@@ -1,7 +1,21 @@
-"""Native FP8: formats, scaling recipes, quantisation and its fp64 reference, a _scaled_mm linear
-layer, conversion, inference and training. Triton kernels (`quantize_triton`) are imported on demand."""
+"""Native FP8: formats, scaling recipes (tensorwise, rowwise, blockwise, MXFP8), quantisation and
+its fp64 reference, a _scaled_mm linear layer, block-scaled and grouped GEMMs, conversion,
+inference and training. Triton kernels (`quantize_triton`) are imported on demand."""
 
-from kernel_lib.fp8.checks import TOLERANCES, linear_check, scaled_mm_check
+from kernel_lib.fp8.block_linear import (
+    BLOCK_RECIPES,
+    block_linear,
+    block_scaled_mm,
+    quantize_operands,
+    split_k_scaled_mm,
+)  # fmt: skip
+from kernel_lib.fp8.checks import (
+    TOLERANCES,
+    block_gemm_check,
+    grouped_gemm_check,
+    linear_check,
+    scaled_mm_check,
+)  # fmt: skip
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.convert import ConversionReport, convert_to_fp8, swap_linears
 from kernel_lib.fp8.formats import (
@@ -12,6 +26,12 @@ from kernel_lib.fp8.formats import (
     format_table,
     fp8_dtype,
 )
+from kernel_lib.fp8.grouped import (
+    looped_scaled_mm,
+    quantize_experts,
+    scaled_grouped_mm,
+    skewed_counts,
+)  # fmt: skip
 from kernel_lib.fp8.inference import (
     Fp8InferenceLinear,
     InferenceComparison,
@@ -31,12 +51,18 @@ from kernel_lib.fp8.linear import (
 from kernel_lib.fp8.numerics import (
     error_metrics,
     quantization_error_table,
+    recipe_error_table,
     relative_errors,
     sample_tensor,
 )
 from kernel_lib.fp8.quantize import Fp8Tensor, dequantize, fp8_grid, quantize
 from kernel_lib.fp8.quantize_compiled import compiled_quantize
-from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference, round_to_format
+from kernel_lib.fp8.reference import (
+    fp8_linear_reference,
+    grouped_linear_reference,
+    quantize_reference,
+    round_to_format,
+)  # fmt: skip
 from kernel_lib.fp8.scaling import (
     GRANULARITIES,
     RECIPES,
@@ -47,6 +73,7 @@ from kernel_lib.fp8.scaling import (
     amax,
     cast_stats,
     delayed_scale,
+    mx_scale_from_amax,
     push_amax,
     scale_from_amax,
     scaling_recipe,
@@ -60,13 +87,18 @@ __all__ = [
     "FORMATS", "Fp8Format", "FormatInfo", "format_info", "format_table", "fp8_dtype",
     # scaling
     "GRANULARITIES", "RECIPES", "CastStats", "Granularity", "ScalingMode", "ScalingRecipe", "amax",
-    "cast_stats", "delayed_scale", "push_amax", "scale_from_amax", "scaling_recipe",
+    "cast_stats", "delayed_scale", "mx_scale_from_amax", "push_amax", "scale_from_amax",
+    "scaling_recipe",
     # quantisation and the compiled CPU/GPU path
     "Fp8Tensor", "dequantize", "fp8_grid", "quantize", "compiled_quantize",
     # fp64 references, tolerances, error metrics and correctness tables
-    "fp8_linear_reference", "quantize_reference", "round_to_format", "TOLERANCES",
-    "error_metrics", "quantization_error_table", "relative_errors", "sample_tensor",
-    "linear_check", "scaled_mm_check",
+    "fp8_linear_reference", "grouped_linear_reference", "quantize_reference", "round_to_format",
+    "TOLERANCES", "error_metrics", "quantization_error_table", "recipe_error_table",
+    "relative_errors", "sample_tensor", "linear_check", "scaled_mm_check", "block_gemm_check",
+    "grouped_gemm_check",
+    # block-scaled (DeepSeek-V3 blockwise, MXFP8) and grouped (MoE experts) GEMMs
+    "BLOCK_RECIPES", "block_linear", "block_scaled_mm", "quantize_operands", "split_k_scaled_mm",
+    "looped_scaled_mm", "quantize_experts", "scaled_grouped_mm", "skewed_counts",
     # layers, conversion, inference, training
     "Fp8Linear", "Fp8LinearConfig", "check_fp8_dims", "dynamic_quantize", "fp8_matmul_support",
     "scaled_mm", "scaled_mm_unsupported",

@@ -5,6 +5,7 @@ functions in order, each with the `Fp8BenchConfig`."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import pandas as pd
@@ -14,6 +15,7 @@ from tqdm import tqdm
 
 from kernel_lib import records as rec
 from kernel_lib.checks import Check, against, exact
+from kernel_lib.fp8 import bench_blocks
 from kernel_lib.fp8.checks import TOLERANCES, out_tolerance
 from kernel_lib.fp8.comparators import comparator_candidates
 from kernel_lib.fp8.config import Fp8BenchConfig
@@ -29,7 +31,7 @@ from kernel_lib.fp8.linear import (
 )  # fmt: skip
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference
-from kernel_lib.fp8.scaling import ScalingMode
+from kernel_lib.fp8.scaling import Granularity, ScalingMode, scale_shape
 from kernel_lib.fp8.training import loss_checks, make_model, training_runs
 from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts, device_facts
@@ -83,8 +85,8 @@ def _quantizers(
     def compiled(cast: str):
         if facts.backend == "xla":
             return "torch.compile's Inductor does not target XLA devices"
-        if gran == "blockwise":
-            return "not built for blockwise"
+        if gran not in ("tensorwise", "rowwise"):
+            return f"not built for {gran}"
         return lambda: compiled_quantize(x, fmt=fmt, granularity=gran, out=out, cast=cast)
 
     if facts.backend not in GPU:
@@ -92,8 +94,8 @@ def _quantizers(
             f"the Triton kernel is built for NVIDIA/AMD GPUs, not {facts.backend} "
             "(TRITON_INTERPRET=1 tests it in numpy, for correctness only)"
         )
-    elif gran == "blockwise":
-        fused = "not built for blockwise"
+    elif gran not in ("tensorwise", "rowwise"):
+        fused = f"not built for {gran}"
     else:
         from kernel_lib.fp8.quantize_triton import fused_quantize
 
@@ -143,11 +145,7 @@ def quantize_bandwidth(
                 if isinstance(fn, str):
                     candidates.append(_skip(case, f"{name}_{gran}", fn, facts))
                     continue
-                scales = (
-                    rows
-                    if gran == "rowwise"
-                    else (-(-rows // 128) * 32 if gran == "blockwise" else 1)
-                )
+                scales = math.prod(scale_shape((rows, QUANT_K), Granularity(gran)))
                 candidates.append(
                     Candidate(
                         f"{name}_{gran}",
@@ -466,6 +464,7 @@ def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     facts = device_facts()
     records = quantize_bandwidth(config, facts, progress=progress)
     records += linear_speed(config, facts, progress=progress)
+    records += bench_blocks.suite(config, facts)
     if reason := scaled_mm_unsupported(facts.device):
         return (
             records

@@ -13,9 +13,11 @@ from kernel_lib.config import (
     positive_list,
     require,
 )
+from kernel_lib.fp8.block_linear import BLOCK_RECIPES
 from kernel_lib.fp8.formats import FORMATS
 from kernel_lib.fp8.linear import ALIGN, GRAD_DTYPES
-from kernel_lib.fp8.scaling import GRANULARITIES, RECIPES
+from kernel_lib.fp8.quantize import MX_FORMATS
+from kernel_lib.fp8.scaling import BLOCK, GRANULARITIES, RECIPES
 from kernel_lib.fp8.training import TrainConfig
 
 _LISTS = (
@@ -27,7 +29,11 @@ _LISTS = (
     "quant_mib",
     "quant_granularities",
     "train_recipes",
+    "block_recipes",
+    "block_check_sizes",
+    "block_sizes",
 )
+_MX_FORMATS = tuple(f.value for f in MX_FORMATS)
 
 
 def _any_of(names) -> str:
@@ -35,6 +41,7 @@ def _any_of(names) -> str:
 
 
 _SIZES = f"a non-empty list of multiples of {ALIGN} > 0"
+_BLOCK_SIZES = f"a non-empty list of multiples of {BLOCK} > 0"
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class Fp8BenchConfig:
         f"rows of the numerics tables; a non-empty list of {_any_of(FORMATS)}",
     )
     granularities: tuple = param(
-        GRANULARITIES,
+        ("tensorwise", "rowwise", "blockwise"),
         f"scalings compared in the numerics tables; a non-empty list of {_any_of(GRANULARITIES)}",
     )
     error_rows: int = param(
@@ -92,6 +99,33 @@ class Fp8BenchConfig:
     train_seeds: int = param(
         3, "seeds fp8_seed, fp8_seed + 1, ..., each its own teacher, data and init; an int > 0"
     )
+    error_format: str = param(
+        "e4m3fn",
+        "element format of the per-recipe error table (MX is defined for these two only); "
+        f"one of {_any_of(_MX_FORMATS)}",
+    )
+    block_recipes: tuple = param(
+        tuple(BLOCK_RECIPES),
+        "block-scaled GEMMs checked and timed (blockwise: x 1x128, W 128x128; mxfp8: 1x32 e8m0); "
+        f"a non-empty list of {_any_of(BLOCK_RECIPES)}",
+    )
+    block_check_sizes: tuple = param(
+        (128,),
+        "n of the (n+5) x 2n x n block-scaled GEMM checks (CPU: one emulated rowwise _scaled_mm "
+        f"per K block); {_BLOCK_SIZES}",
+    )
+    block_sizes: tuple = param(
+        (256, 512),
+        f"n of the n x n x n block-scaled linear speed sweep (FP8 timed on GPUs only); {_BLOCK_SIZES}",
+    )
+    grouped_experts: int = param(
+        8, "experts E of the FP8 grouped GEMM (the last is routed no rows); an int >= 2"
+    )
+    grouped_tokens: int = param(
+        256, "routed rows T of the grouped GEMM, spread over experts by Zipf weights; an int > 0"
+    )
+    grouped_dim: int = param(256, f"its K (model width); a multiple of {ALIGN} > 0")
+    grouped_ffn: int = param(512, f"its N (expert hidden width); a multiple of {ALIGN} > 0")
     min_time_s: float = param(
         0.2, "timed seconds per candidate and round budget; a finite number > 0"
     )
@@ -113,12 +147,17 @@ class Fp8BenchConfig:
             "recipes": RECIPES,
             "quant_granularities": GRANULARITIES,
             "train_recipes": RECIPES,
+            "block_recipes": BLOCK_RECIPES,
         }
         for name, registry in choices.items():
             for value in getattr(self, name):
                 parse_choice(value, registry, param=f"fp8_{name}")
         parse_choice(self.linear_format, FORMATS, param="fp8_linear_format")
         parse_choice(self.grad_format, GRAD_DTYPES, param="fp8_grad_format")
+        parse_choice(self.error_format, _MX_FORMATS, param="fp8_error_format")
+        if "mx" in self.granularities:
+            for fmt in self.formats:
+                parse_choice(fmt, _MX_FORMATS, param="fp8_formats (with mx in fp8_granularities)")
         for name in ("check_sizes", "gemm_sizes", "quant_mib"):
             positive_list(getattr(self, name), f"fp8_{name}")
         for name in ("check_sizes", "gemm_sizes"):
@@ -129,17 +168,28 @@ class Fp8BenchConfig:
                     n,
                     f"an integer multiple of {ALIGN} (torch._scaled_mm needs it)",
                 )
-        for name in ("model_dim", "model_ffn"):
+        for name in ("block_check_sizes", "block_sizes"):
+            for n in getattr(self, name):
+                require(
+                    isinstance(n, int) and n > 0 and n % BLOCK == 0,
+                    f"fp8_{name}",
+                    n,
+                    f"an integer multiple of {BLOCK} (whole K blocks)",
+                )
+        for name in ("model_dim", "model_ffn", "grouped_dim", "grouped_ffn"):
             require(
                 getattr(self, name) % ALIGN == 0,
                 f"fp8_{name}",
                 getattr(self, name),
-                f"a multiple of {ALIGN} (every linear must convert to FP8)",
+                f"a multiple of {ALIGN} (torch._scaled_mm needs it)",
             )
         for f in fields(self):
             if f.type == "int" and f.name != "seed":
                 positive(getattr(self, f.name), f"fp8_{f.name}")
         positive(self.min_time_s, "fp8_min_time_s")
+        require(
+            self.grouped_experts >= 2, "fp8_grouped_experts", self.grouped_experts, "an int >= 2"
+        )
         require(
             isinstance(self.seed, int) and self.seed >= 0, "fp8_seed", self.seed, "an int >= 0"
         )
@@ -160,9 +210,18 @@ class Fp8BenchConfig:
         cases += [  # linear sweep: bf16 x, W and output, fp8 x and W, fp64 x, W and output
             (n * n * (3 * 2 + 2 * 1 + 3 * 8), ("gemm_sizes",)) for n in self.gemm_sizes
         ]
-        n = self.error_rows  # error tables: three (n, n) fp32 samples, one's fp8 codes, and the
+        cases += [  # block-scaled sweep: as the linear sweep
+            (n * n * (3 * 2 + 2 * 1 + 3 * 8), ("block_sizes",)) for n in self.block_sizes
+        ]
+        t, k, f, e = self.grouped_tokens, self.grouped_dim, self.grouped_ffn, self.grouped_experts
+        # grouped GEMM: fp32 x and weights, their fp8 and fp64 copies, fp64 and bf16 outputs
+        cases.append((
+            (t * k + e * f * k) * (4 + 1 + 8) + t * f * (8 + 2),
+            ("grouped_tokens", "grouped_dim", "grouped_ffn", "grouped_experts"),
+        ))  # fmt: skip
+        n = self.error_rows  # error tables: four (n, n) fp32 samples, one's fp8 codes, and the
         # fp64 reference and dequantised copy its errors are computed from
-        cases.append((n * n * (3 * 4 + 1 + 2 * 8), ("error_rows",)))
+        cases.append((n * n * (4 * 4 + 1 + 2 * 8), ("error_rows",)))
         return largest_needs(cases, "fp8_")
 
     @property

@@ -92,3 +92,20 @@ def training_curves(losses: pd.DataFrame, *, smooth: int = 5, ax=None):
     ax.grid(True, alpha=0.3)
     place_legend(ax)
     return ax
+
+
+def recipe_error_bars(table: pd.DataFrame, *, title: str = ""):
+    """SQNR (dB, higher is better) and max relative error (log scale, lower is better) of each
+    granularity on each tensor, side by side (from `recipe_error_table`)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    tensors = table["tensor"].unique()
+    grans = table["granularity"].unique()
+    for ax, metric, better in zip(axes, ("sqnr_db", "max_rel_error"), ("higher", "lower")):
+        pivot = table.pivot(index="tensor", columns="granularity", values=metric)
+        pivot.loc[tensors, grans].plot.bar(ax=ax, rot=0, legend=False)
+        ax.set(xlabel="input tensor", ylabel=f"{axis_label(metric)}, {better} is better")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[1].set_yscale("log")
+    place_legend(axes[1], title="scale granularity", outside=True)
+    fig.suptitle(title or "Quantisation error per scaling recipe, same tensors")
+    return axes

@@ -164,11 +164,15 @@ def broadcast_scale(
     gran = granularity(gran)
     if gran not in BLOCK_SHAPES:
         return scale
+    # A gather by block index: torch 2.13's Inductor (CPU) miscompiles x * s.repeat_interleave(b)
+    # [..., :K] and x viewed as padded blocks times s when K is not a multiple of b (out-of-bounds
+    # reads); this form compiles right for 1-row blocks (128x128 still does not: see the tests)
     rows, cols = BLOCK_SHAPES[gran]
-    full = scale.repeat_interleave(cols, dim=-1)[..., : shape[-1]]
+    col_block = torch.arange(shape[-1], device=scale.device) // cols
     if rows == 1:
-        return full
-    return full.repeat_interleave(rows, dim=0)[: shape[0]]
+        return scale[..., col_block]
+    row_block = torch.arange(shape[0], device=scale.device) // rows
+    return scale[row_block[:, None], col_block[None, :]]
 
 
 def delayed_scale(

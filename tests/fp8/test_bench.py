@@ -5,11 +5,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernel_lib.fp8 import bench, linear, plots  # noqa: E402
+from kernel_lib.fp8 import bench, bench_blocks, linear, plots  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
 from kernel_lib.platform import device_facts  # noqa: E402
@@ -27,6 +28,12 @@ TINY = dict(
     fp8_model_seq=16,
     fp8_train_seeds=2,
     fp8_train_recipes=["tensorwise_dynamic", "tensorwise_delayed"],
+    fp8_error_rows=128,
+    fp8_block_sizes=[128],
+    fp8_grouped_experts=4,
+    fp8_grouped_tokens=64,
+    fp8_grouped_dim=64,
+    fp8_grouped_ffn=32,
 )
 CONFIG = Fp8BenchConfig.from_params(TINY)
 
@@ -81,9 +88,10 @@ def test_cpu_never_times_fp8_gemms(frame):
 
 def test_headlines_declared(frame):
     heads = frame[frame["headline"].notna()].set_index("implementation")
-    assert set(heads.index) == {"fp8_linear_tensorwise_dynamic", "compiled_quantize_tensorwise"}
+    quantiser = next(i for i in heads.index if i != "fp8_linear_tensorwise_dynamic")
+    assert len(heads) == 2 and quantiser.endswith("compiled_quantize_tensorwise")  # measured
     assert heads.loc["fp8_linear_tensorwise_dynamic", "status"] == "skipped"  # says why, on CPU
-    assert heads.loc["compiled_quantize_tensorwise", "fraction_of_peak"] > 0
+    assert heads.loc[quantiser, "fraction_of_peak"] > 0
 
 
 def test_comparators_skip_when_not_installed(frame):
@@ -169,3 +177,51 @@ def test_suite_records_skipped_sections_without_scaled_mm(monkeypatch):
     assert (fp8["status"] == "skipped").all()
     assert {"inference", "training"} <= set(fp8["case"])
     assert fp8["reason"].str.contains("unsupported|not installed").all()
+
+
+def test_recipe_error_records_cover_every_recipe_on_every_tensor(frame):
+    errors = frame[frame["case"] == "recipe_error"]
+    assert len(errors) == 4 * 5 and errors["metrics.sqnr_db"].notna().all()
+    assert set(errors["implementation"]) == {
+        "tensorwise", "rowwise", "blockwise", "blockwise_1x128", "mx"
+    }  # fmt: skip
+
+
+def test_block_and_grouped_checks_carried_and_native_paths_skipped_on_cpu(frame):
+    checks = frame[frame["case"].isin(["block_gemm_check", "grouped_gemm_check"])]
+    twins = checks[checks["implementation"].str.startswith(("split_k", "looped"))]
+    assert len(twins) == 3 and (twins["status"] == "ok").all() and twins["check.pass"].all()
+    native = checks[checks["implementation"].str.startswith(("block_scaled_mm", "scaled_grouped"))]
+    assert len(native) == 3 and native["reason"].str.startswith("unsupported").all()
+
+
+def test_block_and_grouped_speed_time_only_the_bf16_baselines_on_cpu(frame):
+    speed = frame[frame["case"].isin(["block_linear", "grouped_gemm"])]
+    timed = speed[speed["median_ms"].notna()]
+    assert set(timed["implementation"]) == {"bf16_linear", "bf16_grouped_mm"}
+    assert timed["check.pass"].all()
+    fp8 = speed[speed["median_ms"].isna()]
+    assert len(fp8) == 2 * 2 + 2 and (fp8["status"] == "skipped").all()
+
+
+def test_a_failed_check_row_is_a_wrong_record():
+    table = pd.DataFrame([{
+        "M": 5, "K": 128, "N": 16, "recipe": "blockwise", "implementation": "split_k_scaled_mm",
+        "vs_fp8_reference": 0.3, "vs_fp64": 0.3, "max_abs_error": 1.0, "tolerance": 2**-16,
+        "check": "FAIL",
+    }])  # fmt: skip
+    (record,) = bench_blocks.check_records(
+        table, device_facts(), case="block_gemm_check", shape_columns=("M", "K", "N")
+    )
+    assert record.status == "wrong" and record.implementation == "split_k_scaled_mm_blockwise"
+
+
+def test_a_broken_grouped_baseline_is_wrong(monkeypatch):
+    real = torch._grouped_mm
+    monkeypatch.setattr(torch, "_grouped_mm", lambda a, b, offs: real(a, b, offs=offs) * 1.05)
+    records = bench_blocks.grouped_gemm_speed(CONFIG, device_facts())
+    assert _status(records, "bf16_grouped_mm") == "wrong"
+
+
+def test_recipe_error_plot_draws():
+    plots.recipe_error_bars(bench_blocks.recipe_errors(CONFIG))

@@ -26,6 +26,14 @@ def test_defaults_and_from_params():
     ("train_seeds", 0, "fp8_train_seeds"),
     ("min_time_s", 0.0, "fp8_min_time_s"),
     ("seed", -1, "fp8_seed"),
+    ("block_sizes", [100], "fp8_block_sizes=100 must be an integer multiple of 128"),
+    ("block_check_sizes", [64], "fp8_block_check_sizes=64"),
+    ("block_recipes", ["nvfp4"], "fp8_block_recipes='nvfp4'"),
+    ("error_format", "e4m3fnuz", "fp8_error_format='e4m3fnuz'"),
+    ("grouped_experts", 1, "fp8_grouped_experts=1"),
+    ("grouped_dim", 40, "fp8_grouped_dim=40"),
+    ("grouped_tokens", 0, "fp8_grouped_tokens"),
+    ("granularities", ["mx"], "fp8_formats .with mx in fp8_granularities.='e4m3fnuz'"),
 ])  # fmt: skip
 def test_bad_values_name_the_parameter(field, value, match):
     with pytest.raises(ValueError, match=match):

@@ -1,0 +1,314 @@
+"""Records of the block-scaled and grouped FP8 sections: per-recipe quantisation error, the
+block-scaled GEMM and grouped GEMM checks (each row a record carrying its check), and their
+speed against bf16 where FP8 matrix units run them. Called by `bench.suite` and the notebook."""
+
+from __future__ import annotations
+
+import functools
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from kernel_lib import records as rec
+from kernel_lib.checks import Check, against
+from kernel_lib.fp8.block_linear import (
+    block_linear,
+    quantize_operands,
+    recipe_granularities,
+    split_k_scaled_mm,
+)  # fmt: skip
+from kernel_lib.fp8.checks import (
+    TOLERANCES,
+    block_gemm_check,
+    block_tolerances,
+    grouped_gemm_check,
+)  # fmt: skip
+from kernel_lib.fp8.config import Fp8BenchConfig
+from kernel_lib.fp8.grouped import (
+    group_offsets,
+    looped_scaled_mm,
+    quantize_experts,
+    scaled_grouped_mm,
+    skewed_counts,
+)  # fmt: skip
+from kernel_lib.fp8.linear import fp8_matmul_support
+from kernel_lib.fp8.numerics import KINDS, recipe_error_table, sample_tensor
+from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
+from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.platform import DeviceFacts
+
+TOPIC = "fp8"
+
+
+def error_tensors(config: Fp8BenchConfig) -> dict[str, torch.Tensor]:
+    """The seeded (error_rows, error_rows) sample of every kind in `numerics.KINDS`."""
+    shape = (config.error_rows, config.error_rows)
+    return {kind: sample_tensor(kind, shape, seed=config.seed) for kind in KINDS}
+
+
+def recipe_errors(config: Fp8BenchConfig) -> pd.DataFrame:
+    """`recipe_error_table` of `error_tensors` in `error_format`."""
+    return recipe_error_table(error_tensors(config), fmt=config.error_format)
+
+
+def _info(facts: DeviceFacts, case: str, implementation: str, **fields) -> rec.Record:
+    return rec.Record(
+        topic=TOPIC,
+        case=case,
+        implementation=implementation,
+        device=facts.name,
+        backend=facts.backend,
+        **fields,
+    )
+
+
+def recipe_error_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record]:
+    """One metrics-only record per row of `recipe_errors` (quantisation runs on the CPU)."""
+    return [
+        _info(
+            facts,
+            "recipe_error",
+            row.granularity,
+            shape={"tensor": row.tensor},
+            metrics={
+                "sqnr_db": row.sqnr_db,
+                "max_rel_error": row.max_rel_error,
+                "median_row_sqnr_db": row.median_row_sqnr_db,
+            },
+        )
+        for row in table.itertuples()
+    ]
+
+
+def block_check_shapes(config: Fp8BenchConfig) -> list[tuple[int, int, int]]:
+    """(M, K, N) = (n + 5, 2n, n) per n of block_check_sizes: M odd, K two whole 128-blocks."""
+    return [(n + 5, 2 * n, n) for n in config.block_check_sizes]
+
+
+def block_checks(config: Fp8BenchConfig, *, device: str) -> pd.DataFrame:
+    return block_gemm_check(
+        block_check_shapes(config),
+        recipes=list(config.block_recipes),
+        fmt=config.linear_format,
+        device=device,
+        seed=config.seed,
+    )
+
+
+def grouped_counts(config: Fp8BenchConfig) -> list[int]:
+    return skewed_counts(config.grouped_tokens, config.grouped_experts, seed=config.seed)
+
+
+def grouped_checks(config: Fp8BenchConfig, *, device: str) -> pd.DataFrame:
+    return grouped_gemm_check(
+        grouped_counts(config),
+        dim=config.grouped_dim,
+        ffn=config.grouped_ffn,
+        fmt=config.linear_format,
+        device=device,
+        seed=config.seed,
+    )
+
+
+def check_records(
+    table: pd.DataFrame, facts: DeviceFacts, *, case: str, shape_columns: tuple[str, ...]
+) -> list[rec.Record]:
+    """One record per row of a check table: `skipped` with its reason, `wrong` where it failed,
+    else untimed with its check (error against the fp64 FP8 reference) carried."""
+    out = []
+    for row in table.to_dict("records"):
+        name = "_".join(str(row[c]) for c in ("implementation", "recipe") if c in row)
+        shape = {c: row[c] for c in shape_columns if c in row}
+        if row["check"] == "skipped":
+            out.append(
+                rec.skipped(TOPIC, case, name or case, row["reason"], facts=facts, shape=shape)
+            )
+            continue
+        passed = row["check"] == "PASS"
+        check = Check(
+            "fp64 FP8 reference (and fp64 of the unquantised inputs)",
+            row["max_abs_error"],
+            row["vs_fp8_reference"],
+            row["tolerance"],
+            "rel_error",
+            passed,
+        )
+        if not passed:
+            out.append(rec.wrong(TOPIC, case, name, check, facts=facts, shape=shape))
+            continue
+        metrics = {"vs_fp8_reference": row["vs_fp8_reference"], "vs_fp64": row["vs_fp64"]}
+        out.append(
+            _info(
+                facts,
+                case,
+                name,
+                shape=shape,
+                dtype="float8",
+                metrics=metrics,
+                check=check.as_dict(),
+            )
+        )
+    return out
+
+
+def _emulated(facts: DeviceFacts) -> str | None:
+    """Why FP8 twins are not timed here: None only where FP8 matrix units run `_scaled_mm`."""
+    support = fp8_matmul_support(facts.device)
+    if support == "native":
+        return None
+    return f"{support}: no FP8 matrix units (checked in the correctness table, never timed)"
+
+
+def _skip(case: Case, name: str, reason: str, facts: DeviceFacts, fmt: str) -> rec.Record:
+    return rec.skipped(
+        TOPIC,
+        case.case,
+        name,
+        reason,
+        facts=facts,
+        dtype=f"float8_{fmt}",
+        shape=case.shape,
+        mode=case.mode,
+    )
+
+
+def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
+    """Forward of an n x n x n linear per n of block_sizes in one interleaved `compare`: bf16
+    `F.linear` (baseline) and per block recipe `block_linear_<recipe>` (both operands quantised
+    per call, one block-scaled `_scaled_mm`; skipped where the device refuses the layout) and
+    `split_k_scaled_mm_<recipe>` on pre-quantised operands (timed only on FP8 matrix units)."""
+    fmt, emulated, records = config.linear_format, _emulated(facts), []
+    for n in config.block_sizes:
+        gen = torch.Generator().manual_seed(config.seed)
+        x = torch.randn(n, n, generator=gen).to(facts.device, torch.bfloat16)
+        w = (torch.randn(n, n, generator=gen) / n**0.5).to(facts.device, torch.bfloat16)
+        case = Case(TOPIC, "block_linear", {"M": n, "K": n, "N": n}, "bfloat16", "forward")
+        full = functools.cache(lambda x=x, w=w: x.double() @ w.double().t())
+        flops = 2.0 * n**3
+        candidates = [
+            Candidate(
+                "bf16_linear",
+                lambda x=x, w=w: F.linear(x, w),
+                flops=flops,
+                check=against(
+                    full, reference="fp64 of the bf16 inputs", tolerance=TOLERANCES["bf16_out"]
+                ),
+            )
+        ]
+        for recipe in config.block_recipes:
+            gran_x, gran_w = (g.value for g in recipe_granularities(recipe))
+            reference = functools.cache(
+                lambda x=x, w=w, gx=gran_x, gw=gran_w: fp8_linear_reference(
+                    x, w, fmt=fmt, granularity=gx, weight_granularity=gw
+                )
+            )
+            label = f"fp64 FP8 reference ({fmt} {recipe}) at M=K=N={n}"
+            native_tol, _ = block_tolerances(recipe, torch.bfloat16)
+            candidates.append(
+                Candidate(
+                    f"block_linear_{recipe}",
+                    lambda x=x, w=w, r=recipe: block_linear(x, w, recipe=r, fmt=fmt),
+                    dtype=f"float8_{fmt}",
+                    flops=flops,
+                    check=against(reference, reference=label, tolerance=native_tol),
+                )
+            )
+            name = f"split_k_scaled_mm_{recipe}"
+            if emulated:
+                candidates.append(_skip(case, name, emulated, facts, fmt))
+                continue
+            qx, qw = quantize_operands(x, w, recipe=recipe, fmt=fmt)
+            split_tol, _ = block_tolerances(recipe, torch.float32)
+            candidates.append(
+                Candidate(
+                    name,
+                    lambda qx=qx, qw=qw: split_k_scaled_mm(qx, qw),
+                    dtype=f"float8_{fmt}",
+                    flops=flops,
+                    check=against(reference, reference=label, tolerance=split_tol),
+                )
+            )
+        records += compare(
+            case, candidates, facts=facts, baseline="bf16_linear", min_time_s=config.min_time_s
+        )
+    return records
+
+
+def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
+    """The grouped expert GEMM (T x K by E experts' (N, K) weights, skewed counts, one empty
+    expert) in one interleaved `compare`: bf16 `torch._grouped_mm` (baseline, against the fp64
+    loop over experts), `scaled_grouped_mm` (rowwise FP8, one `_scaled_grouped_mm`; skipped
+    where the device has no kernel) and `looped_scaled_mm` (timed only on FP8 matrix units);
+    FP8 operands quantised beforehand (the GEMM alone)."""
+    fmt, counts = config.linear_format, grouped_counts(config)
+    t, k, f, e = (
+        config.grouped_tokens,
+        config.grouped_dim,
+        config.grouped_ffn,
+        config.grouped_experts,
+    )
+    gen = torch.Generator().manual_seed(config.seed)
+    x = torch.randn(t, k, generator=gen).to(facts.device, torch.bfloat16)
+    w = (torch.randn(e, f, k, generator=gen) / k**0.5).to(facts.device, torch.bfloat16)
+    shape = {"T": t, "K": k, "N": f, "E": e}
+    case = Case(TOPIC, "grouped_gemm", shape, "bfloat16", "forward")
+    offs = group_offsets(counts, device=facts.device)
+    full = functools.cache(lambda: grouped_linear_reference(x, w, counts, fmt=None))
+    fp8_ref = functools.cache(lambda: grouped_linear_reference(x, w, counts, fmt=fmt))
+    qx, qw = quantize_experts(x, w, fmt=fmt)
+    flops = 2.0 * t * k * f
+    label = f"fp64 FP8 reference loop over experts ({fmt} rowwise), counts={counts}"
+    fp8_check = against(fp8_ref, reference=label, tolerance=TOLERANCES["bf16_out"])
+    candidates = [
+        Candidate(
+            "bf16_grouped_mm",
+            lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs),
+            flops=flops,
+            check=against(
+                full, reference="fp64 loop over experts", tolerance=TOLERANCES["bf16_out"]
+            ),
+        ),
+        Candidate(
+            "scaled_grouped_mm",
+            lambda: scaled_grouped_mm(qx, qw, counts),
+            dtype=f"float8_{fmt}",
+            flops=flops,
+            check=fp8_check,
+        ),
+    ]
+    if reason := _emulated(facts):
+        candidates.append(_skip(case, "looped_scaled_mm", reason, facts, fmt))
+    else:
+        candidates.append(
+            Candidate(
+                "looped_scaled_mm",
+                lambda: looped_scaled_mm(qx, qw, counts),
+                dtype=f"float8_{fmt}",
+                flops=flops,
+                check=fp8_check,
+            )
+        )
+    return compare(
+        case, candidates, facts=facts, baseline="bf16_grouped_mm", min_time_s=config.min_time_s
+    )
+
+
+def suite(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
+    """Every record of these sections, in notebook order."""
+    records = recipe_error_records(recipe_errors(config), facts)
+    shapes = ("M", "K", "N")
+    records += check_records(
+        block_checks(config, device=facts.device),
+        facts,
+        case="block_gemm_check",
+        shape_columns=shapes,
+    )
+    records += check_records(
+        grouped_checks(config, device=facts.device),
+        facts,
+        case="grouped_gemm_check",
+        shape_columns=("tokens", "experts"),
+    )
+    records += block_linear_speed(config, facts)
+    return records + grouped_gemm_speed(config, facts)
