@@ -1,5 +1,6 @@
 """Mixture of Experts: routers, experts, capacity, losses, dispatch strategies, layers."""
 
+from kernel_lib.moe.balancing import update_bias, zipf_offsets
 from kernel_lib.moe.capacity import apply_capacity, expert_capacity
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.dispatch import (
@@ -25,6 +26,7 @@ from kernel_lib.moe.losses import (
     switch_aux_loss,
 )
 from kernel_lib.moe.metrics import load_metrics
+from kernel_lib.moe.presets import PRESETS, MoEPreset, preset
 from kernel_lib.moe.routing import (
     DynamicCapacityRouter,
     ExpertChoiceRouter,
@@ -34,6 +36,7 @@ from kernel_lib.moe.routing import (
     SwitchRouter,
     TopKRouter,
     route_expert_choice,
+    route_group_limited,
     route_hash,
     route_topk,
 )  # fmt: skip
@@ -42,7 +45,8 @@ from kernel_lib.moe.strategies import STRATEGIES, run_strategy
 
 __all__ = [
     # routing
-    "Routing", "route_topk", "route_hash", "route_expert_choice", "TopKRouter", "SwitchRouter",
+    "Routing", "route_topk", "route_hash", "route_expert_choice", "route_group_limited",
+    "TopKRouter", "SwitchRouter",
     "HashRouter", "LearnedRouter", "DynamicCapacityRouter", "ExpertChoiceRouter",
     # experts
     "FeedForwardExperts", "SharedExpert", "ConvolutionalExperts", "AttentionExperts",
@@ -58,4 +62,6 @@ __all__ = [
     "MoEConfig", "MoELayer", "MoEOutput", "LayerType", "SeedStyleMoE",
     # the notebook's parameters
     "MoEBenchConfig",
+    # model presets and aux-loss-free balancing
+    "MoEPreset", "PRESETS", "preset", "update_bias", "zipf_offsets",
 ]  # fmt: skip
