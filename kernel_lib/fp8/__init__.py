@@ -2,7 +2,7 @@
 its fp64 reference, a _scaled_mm linear layer, block-scaled and grouped GEMMs, conversion,
 inference and training. Triton kernels (`quantize_triton`) are imported on demand."""
 
-from kernel_lib.fp8.block_linear import (
+from kernel_lib.fp8.block_scaled import (
     BLOCK_RECIPES,
     block_linear,
     block_scaled_mm,

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from kernel_lib import records as rec
 from kernel_lib.checks import Check, against
-from kernel_lib.fp8.block_linear import (
+from kernel_lib.fp8.block_scaled import (
     block_linear,
     quantize_operands,
     recipe_granularities,

@@ -8,7 +8,7 @@ import pandas as pd
 import torch
 
 from kernel_lib.checks import Tolerance, Unsupported, errors, relative_error
-from kernel_lib.fp8.block_linear import (
+from kernel_lib.fp8.block_scaled import (
     block_scaled_mm,
     quantize_operands,
     recipe_granularities,

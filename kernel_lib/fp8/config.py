@@ -13,7 +13,7 @@ from kernel_lib.config import (
     positive_list,
     require,
 )
-from kernel_lib.fp8.block_linear import BLOCK_RECIPES
+from kernel_lib.fp8.block_scaled import BLOCK_RECIPES
 from kernel_lib.fp8.formats import FORMATS
 from kernel_lib.fp8.linear import ALIGN, GRAD_DTYPES
 from kernel_lib.fp8.quantize import MX_FORMATS

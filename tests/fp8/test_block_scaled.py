@@ -4,8 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_lib.checks import Unsupported, relative_error
-from kernel_lib.fp8 import block_linear, scaling
-from kernel_lib.fp8.block_linear import (
+from kernel_lib.fp8 import block_scaled, scaling
+from kernel_lib.fp8.block_scaled import (
     block_scaled_mm,
     blocked_scales,
     check_block_dims,
@@ -113,8 +113,8 @@ def test_block_check_passes_and_skips_the_native_path_on_cpu():
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_a_wrong_weight_scale_layout_fails_the_check(monkeypatch, recipe):
     # teeth: the scale of the next K block (a transposed or misread layout) for W
-    real = block_linear._columns
-    monkeypatch.setattr(block_linear, "_columns", lambda b, j, n: real(b, (j + 1) % 2, n))
+    real = block_scaled._columns
+    monkeypatch.setattr(block_scaled, "_columns", lambda b, j, n: real(b, (j + 1) % 2, n))
     table = block_gemm_check([(21, 256, 144)], recipes=[recipe])
     assert (table[table["implementation"] == "split_k_scaled_mm"]["check"] == "FAIL").all()
 
