@@ -65,7 +65,8 @@ class DecodeShape:
         return DTYPES[self.dtype]
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k not in ("dtype", "docs")}
+        """The numeric sizes (a record's shape; the mask is in the case name)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("dtype", "mask", "docs")}
 
 
 def make_inputs(shape: DecodeShape, *, device, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
