@@ -16,11 +16,14 @@ from pathlib import Path
 import papermill
 import yaml
 
+from kernel_lib.allocator import ALLOCATORS
+from kernel_lib.allocator import DEFAULT as ALLOCATOR_DEFAULT
+
 ROOT = Path(__file__).resolve().parent.parent
 PARAMETERS_DIR = ROOT / "parameters"
 NOTEBOOKS_DIR = ROOT / "notebooks"
 RESERVED = "workbook"
-WORKBOOK_KEYS = ("notebooks", "cell_timeout_s", "description")
+WORKBOOK_KEYS = ("notebooks", "cell_timeout_s", "description", "allocator")
 # Notebook parameters for runs by hand (`papermill ... -p results_dir DIR`), never set by a platform
 # file or the runner's -p: the runner writes every notebook's results into its report folder.
 HAND_RUN_ONLY = ("results_dir",)
@@ -48,6 +51,7 @@ class Plan:
     cell_timeout_s: int | None = None
     description: str = ""
     notebooks_dir: Path = NOTEBOOKS_DIR
+    allocator: str = ALLOCATOR_DEFAULT  # notebook kernels' host malloc (kernel_lib.allocator)
 
     def parameters_for(self, notebook: str) -> dict:
         """The values this notebook declares (papermill injects only these)."""
@@ -365,6 +369,12 @@ def load_plan(
         raise ParameterError(
             f"{source}: key {RESERVED}.cell_timeout_s = {timeout!r} must be a positive int"
         )
+    allocator = settings.get("allocator", ALLOCATOR_DEFAULT)
+    if not isinstance(allocator, str) or allocator not in ALLOCATORS:
+        raise ParameterError(
+            f"{source}: key {RESERVED}.allocator = {allocator!r} must be one of "
+            f"{', '.join(ALLOCATORS)}"
+        )
     _check_values(data, notebooks, source, notebooks_dir)
     if only is not None:
         unknown = [nb for nb in only if nb not in notebooks]
@@ -383,6 +393,7 @@ def load_plan(
         cell_timeout_s=timeout,
         description=str(settings.get("description", "")),
         notebooks_dir=notebooks_dir or NOTEBOOKS_DIR,
+        allocator=allocator,
     )
     _check_meaning(plan, overrides)
     return plan

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kernel_lib import allocator
+
 BACKENDS = ("nvidia", "amd", "tpu", "xla", "xpu", "mps", "cpu")
 
 
@@ -172,7 +174,7 @@ def device_facts(backend: str | None = None) -> DeviceFacts:
         memory_bytes=_memory_bytes(),
         compute_units=torch.get_num_threads(),
         compute_unit_kind="threads",
-        versions={**versions, "os": sys.platform},
+        versions={**versions, "os": sys.platform, "allocator": allocator.in_effect()},
     )
 
 

@@ -25,8 +25,9 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
+from kernel_lib import allocator
 from kernel_lib.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
-from kernel_lib.params import ROOT, Plan
+from kernel_lib.params import ROOT, ParameterError, Plan
 from kernel_lib.platform import device_facts
 from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RUN_ID_ENV
 
@@ -330,6 +331,20 @@ def _swap_in(staging: Path, out_dir: Path) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
+def kernel_allocator(plan: Plan) -> dict:
+    """The variables that give the notebook kernels the plan's allocator (kernel_lib.allocator);
+    ParameterError (exit 2, nothing run) when its library is not installed."""
+    try:
+        return allocator.environment(plan.allocator, base={})
+    except allocator.Missing as err:
+        raise ParameterError(f"{plan.source}: {err}") from None
+
+
+def environment(plan: Plan) -> dict:
+    """run.json's `environment`: the device facts and the notebook kernels' allocator."""
+    return {**device_facts().as_dict(), "allocator": allocator.describe(plan.allocator)}
+
+
 def run_plan(
     plan: Plan,
     out_dir: Path,
@@ -342,6 +357,7 @@ def run_plan(
     `run_suffix` ends the run id (the runs of `run_repeated` say which they are)."""
     from kernel_lib.report import build_report
 
+    kernel_env = kernel_allocator(plan)
     out_dir = Path(out_dir).resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _clean_after_killed_runs(out_dir)
@@ -354,12 +370,16 @@ def run_plan(
     git = _git_revision()
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
     identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
-    saved_env = {k: os.environ.get(k) for k in (RUN_ID_ENV, PLATFORM_ENV, RESULTS_DIR_ENV)}
+    changed = (RUN_ID_ENV, PLATFORM_ENV, RESULTS_DIR_ENV, allocator.ENV, *allocator.VARIABLES)
+    saved_env = {k: os.environ.get(k) for k in changed}
     # read by save_records: results go into the report being staged (a notebook's own
     # `results_dir` parameter is for runs by hand: load_plan refuses it)
     os.environ.update(
         {RUN_ID_ENV: run_id, PLATFORM_ENV: plan.platform, RESULTS_DIR_ENV: str(staging)}
     )
+    for key in allocator.VARIABLES:  # each notebook kernel starts with the plan's allocator
+        os.environ.pop(key, None)
+    os.environ.update(kernel_env)
     results = []
     try:
         for index, name in enumerate(plan.notebooks, 1):
@@ -406,7 +426,7 @@ def run_plan(
             "run_id": run_id,
             "git": git,
             "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
-            "environment": device_facts().as_dict(),
+            "environment": environment(plan),
             "notebooks": kept + [asdict(r) for r in results],
         }
         (staging / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
@@ -438,6 +458,7 @@ def run_repeated(
 
     if repeat == 1:
         return run_plan(plan, out_dir, kernel_name=kernel_name, progress=progress)
+    kernel_allocator(plan)  # refused before anything runs
     out_dir = Path(out_dir).resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _clean_after_killed_runs(out_dir)
@@ -467,7 +488,7 @@ def run_repeated(
                 "run_id": f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}",
                 "git": _git_revision(),
                 "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
-                "environment": device_facts().as_dict(),
+                "environment": environment(plan),
                 "repeat": repeat,
             },
         )

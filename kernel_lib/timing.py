@@ -207,6 +207,16 @@ def time_interleaved(
     }
 
 
+def merge_rounds(timings: list[Timing], method: str) -> Timing:
+    """One Timing from the rounds of a function timed by separate `time_fn` calls (one process
+    per round, interleaved with other functions by the caller): every sample, a median per round,
+    so `ratio` pairs them by round as it does `time_interleaved`'s."""
+    if not timings:
+        raise ValueError("merge_rounds of no timings")
+    samples = [s for t in timings for s in t.samples_ms]
+    return _summary(samples, method, None, round_medians=[t.median_ms for t in timings])
+
+
 def _warm_up(fn: Callable[[], object], warmup: int, device: torch.device) -> None:
     result = None
     for _ in range(warmup):

@@ -21,7 +21,9 @@ NOTEBOOK_BACKEND = {
 
 
 def specifics(target: Target, cfg: BackendConfig) -> list[sections.Section]:
-    """Section 5, what differs per backend (CPU and XPU have none beyond the shared sections)."""
+    """Section 5, what differs per backend (XPU has none beyond the shared sections)."""
+    if target.backend == "cpu":
+        return [sections.allocators(target, cfg)]
     if target.backend == "nvidia":
         return [sections.show(nvidia.tf32_effect(target, cfg))]
     if target.backend == "amd":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from kernel_lib.allocator import ALLOCATORS
 from kernel_lib.config import (
     from_params,
     largest_needs,
@@ -14,6 +15,7 @@ from kernel_lib.config import (
     positive_list,
     require,
 )
+from kernel_lib.measure import MIN_ROUNDS
 
 GEMM_DTYPES = ("float32", "bfloat16", "float16")  # what the sweep times (fp64 is the reference)
 _DTYPES = ", ".join(GEMM_DTYPES)
@@ -51,6 +53,19 @@ class BackendConfig:
         True, "probe torch.compile and flex_attention (each compiles once); True or False"
     )
     min_time_s: float = param(0.2, "timed seconds per candidate; a finite number > 0")
+    allocators: tuple = param(
+        ("system", "system_kept", "jemalloc", "tcmalloc"),
+        f"CPU: host allocators compared (system is the baseline); a list holding system, of "
+        f"{', '.join(ALLOCATORS)}",
+    )
+    allocator_shape: tuple = param(
+        (8192, 512, 2048),
+        "CPU: M, K, N of the allocator section's workload (relu of M x N, an M x K x N GEMM, "
+        "bf16, fresh outputs); three ints > 0",
+    )
+    allocator_rounds: int = param(
+        6, f"CPU: rounds of one process per allocator each; an int >= {MIN_ROUNDS}"
+    )
     tf32_size: int = param(
         1024, "NVIDIA: fp32 GEMM size of the TF32 on/off comparison; an int > 0"
     )
@@ -82,6 +97,25 @@ class BackendConfig:
         ):
             _positive_ints((getattr(self, name),), name)
         positive(self.min_time_s, "min_time_s")
+        require(
+            "system" in self.allocators and set(self.allocators) <= set(ALLOCATORS),
+            "allocators",
+            list(self.allocators),
+            f"a list holding system, of {', '.join(ALLOCATORS)}",
+        )
+        _positive_ints(self.allocator_shape, "allocator_shape")
+        require(
+            len(self.allocator_shape) == 3,
+            "allocator_shape",
+            list(self.allocator_shape),
+            "M, K, N",
+        )
+        require(
+            isinstance(self.allocator_rounds, int) and self.allocator_rounds >= MIN_ROUNDS,
+            "allocator_rounds",
+            self.allocator_rounds,
+            f"an int >= {MIN_ROUNDS}",
+        )
         require(len(self.gemm_dtypes) > 0, "gemm_dtypes", list(self.gemm_dtypes), "non-empty")
         for name in self.gemm_dtypes:
             parse_dtype(name, param="gemm_dtypes", allowed=GEMM_DTYPES)
@@ -101,6 +135,8 @@ class BackendConfig:
             for name in ("tf32_size", "blas_size", "xla_precision_size")
         ]
         cases += [(3 * size * mib, ("bandwidth_mib",)) for size in self.bandwidth_mib]  # a, b, c
+        m, k, n = self.allocator_shape  # bf16 relu input and output, GEMM operands and output
+        cases.append((2 * (2 * m * n + m * k + k * n + m * n), ("allocator_shape",)))
         cases += [
             (2 * size * mib, ("transfer_mib",)) for size in self.transfer_mib
         ]  # host, device

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kernel_lib.backends import amd, costs, nvidia, probes, roofline, xla, xpu
+from kernel_lib.backends import allocation, amd, costs, nvidia, probes, roofline, xla, xpu
 from kernel_lib.backends.config import BackendConfig
 from kernel_lib.backends.target import Target, cpu_facts, facts_record, facts_table, find_target
 from kernel_lib.records import Record, as_headline, summary_table, to_frame, to_frame_with_verdict
@@ -98,6 +98,12 @@ def overheads(target: Target, cfg: BackendConfig, *, progress: bool = False) -> 
 def mlp(target: Target, cfg: BackendConfig) -> Section:
     """Section 4b: the small MLP eager vs compiled vs CUDA graph, and the cold first call."""
     return show(costs.mlp_modes(target, cfg))
+
+
+def allocators(target: Target, cfg: BackendConfig) -> Section:
+    """Section 5 on a CPU: a small workload with fresh outputs under each host allocator, one
+    process per allocator and round, ratios against glibc's malloc as it comes."""
+    return show(allocation.allocator_effect(target, cfg))
 
 
 def check_table(*sections: Section) -> pd.DataFrame:

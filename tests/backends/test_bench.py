@@ -17,6 +17,7 @@ from .conftest import TINY
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("cpu", "nvidia", "amd", "tpu", "xpu")
 SPECIFIC = {
+    "cpu": {"allocators", "allocator_shape", "allocator_rounds"},
     "nvidia": {"tf32_size"},
     "amd": {"blas_size"},
     "tpu": {"xla_seq_lens", "xla_bucket", "xla_precision_size"},
