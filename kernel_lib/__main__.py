@@ -1,4 +1,4 @@
-"""`python -m kernel_lib {run,report,platforms,bench,check,compare,export,params,cloud}`: the functions the
+"""`python -m kernel_lib {run,report,platforms,bench,check,compare,sensitivity,export,params,cloud}`: the functions the
 Makefile calls, the tools that compare and export reports, and the cloud fan-out (kernel_lib.cloud).
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed, 2 bad input (nothing ran).
@@ -250,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         help="compare report folders A... -- B... (see `compare --help`)",
         add_help=False,
     )
+    sub.add_parser(
+        "sensitivity",
+        help="how small a slowdown compare detects here: A/A and injected slowdowns (test only)",
+        add_help=False,
+    )
     export = sub.add_parser("export", help="write a report's timings for a benchmark dashboard")
     export.add_argument("--format", required=True, choices=["pytorch-v3", "bmf"])
     export.add_argument("dir", help="report folder")
@@ -270,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         from kernel_lib.compare import cli as compare_cli
 
         return compare_cli(argv[1:])
+    if argv[:1] == ["sensitivity"]:
+        from kernel_lib.sensitivity import cli as sensitivity_cli
+
+        return sensitivity_cli(argv[1:])
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -9,6 +9,8 @@ against the baseline comes with an interval from paired rounds.
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +22,9 @@ from kernel_lib.platform import DeviceFacts
 from kernel_lib.timing import ratio, time_interleaved
 
 MIN_ROUNDS = 6  # the fewest paired rounds whose order statistics give a 95 % interval (96.9 %)
+# TEST ONLY (kernel_lib.sensitivity): "implementation=fraction" makes that candidate's timed calls
+# take 1 + fraction times as long, and flags its records so they never pass as real figures.
+TEST_SLOWDOWN_ENV = "KERNEL_WORKBOOK_TEST_SLOWDOWN"
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,29 @@ class Candidate:
     def __post_init__(self):
         if not callable(self.check):
             raise TypeError(f"{self.implementation}: a candidate is never timed without its check")
+
+
+def injected_slowdown(implementation: str) -> float:
+    """The slowdown TEST_SLOWDOWN_ENV injects into `implementation` (0.0: none)."""
+    name, _, fraction = os.environ.get(TEST_SLOWDOWN_ENV, "").partition("=")
+    return float(fraction) if name == implementation and fraction else 0.0
+
+
+def _slowed(fn: Callable[[], object], fraction: float) -> Callable[[], object]:
+    """`fn` followed by a busy-wait for `fraction` of that call's own time: the same slowdown
+    on every call, as if the kernel repeated that share of its work (host time: CPU kernels)."""
+    if not fraction:
+        return fn
+
+    def slowed():
+        start = time.perf_counter()
+        out = fn()
+        until = time.perf_counter() + fraction * (time.perf_counter() - start)
+        while time.perf_counter() < until:
+            pass
+        return out
+
+    return slowed
 
 
 def _first_call(candidate: Candidate) -> tuple[Check | None, str | None]:
@@ -107,7 +135,7 @@ def compare(
     timings = {}
     if timed:
         timings = time_interleaved(
-            {i: c.fn for i, c in timed.items()},
+            {i: _slowed(c.fn, injected_slowdown(c.implementation)) for i, c in timed.items()},
             device=facts.device,
             rounds=rounds,
             warmup=warmup,
@@ -129,6 +157,9 @@ def compare(
             metrics=c.metrics,
             check=checks[index],
         )
+        if fraction := injected_slowdown(c.implementation):
+            flag = f"TEST ONLY: slowed by {fraction:.0%} ({TEST_SLOWDOWN_ENV}), not a real figure"
+            out[index] = dataclasses.replace(out[index], flags=out[index].flags + (flag,))
     return with_baseline(out, baseline) if baseline is not None else out
 
 
