@@ -150,10 +150,13 @@ def _with_metrics(records: list[rec.Record], **metrics) -> list[rec.Record]:
     return out
 
 
-def _ran(records: list[rec.Record], variant: FlexVariant) -> list[rec.Record]:
-    """Records with the flex ones naming the variant they ran."""
+def _ran(
+    records: list[rec.Record], variant: FlexVariant, implementation: str = FLEX
+) -> list[rec.Record]:
+    """Records with those of `implementation` naming the flex variant they ran."""
+    name = variant_name(variant)
     return [
-        dataclasses.replace(r, variant=variant_name(variant)) if r.implementation == FLEX else r
+        dataclasses.replace(r, variant=name) if r.implementation == implementation else r
         for r in records
     ]
 
@@ -176,15 +179,20 @@ def _timing(cfg: AttentionConfig, progress: bool, case: str) -> dict:
 
 
 def tune_flex(
-    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionConfig,
+    *,
+    facts: DeviceFacts,
+    pattern: str = "causal",
+    progress: bool = False,
 ) -> tuple[FlexVariant, list[rec.Record]]:
-    """(the flex variant every other case runs, its records): causal forward at the pattern
-    sections' shape through each of `cfg.flex_variants()` and the plain comparator (the same
-    attention written plainly, through torch.compile), checked then timed interleaved; ratios
-    over the plain one. The fastest ok variant is chosen by `variants.choose` (cached per
-    machine; a variant slower than the plain comparator is flagged). When none ran, the first
-    variant is returned and every flex case records the same reason."""
-    shape, causal = cfg.shape(), cfg.pattern("causal")
+    """(the flex variant to run `pattern` with, its records): forward of `pattern` (causal: the
+    variant every other case runs) at the pattern sections' shape through each of
+    `cfg.flex_variants()` and the plain comparator (the same attention written plainly, through
+    torch.compile), checked then timed interleaved; ratios over the plain one. The fastest ok
+    variant is chosen by `variants.choose` (cached per machine; a variant slower than the plain
+    comparator is flagged). When none ran, the first variant is returned and every flex case
+    records the same reason."""
+    shape, causal = cfg.shape(), cfg.pattern(pattern)
     qkv = make_qkv(shape, device=facts.device, seed=0)
     check = forward_check(causal, *qkv)
     needed, dense = attention_flops(causal, shape)
@@ -202,12 +210,16 @@ def tune_flex(
     candidates.append(
         Candidate(PLAIN, partial(attention_naive_compiled, *qkv, causal), check, flops=needed)
     )
-    this = Case(TOPIC, "causal", shape.as_dict(), shape.dtype, FORWARD)
+    this = Case(TOPIC, pattern, shape.as_dict(), shape.dtype, FORWARD)
     out = compare(
-        this, candidates, facts=facts, baseline=PLAIN, **_timing(cfg, progress, "flex variants")
+        this,
+        candidates,
+        facts=facts,
+        baseline=PLAIN,
+        **_timing(cfg, progress, f"{pattern} variants"),
     )
     choice, out = choose(
-        "flex_attention", this, out, facts=facts, among=tuple(flexes), comparator=PLAIN
+        f"flex_attention_{pattern}", this, out, facts=facts, among=tuple(flexes), comparator=PLAIN
     )
     out = _with_metrics(out, section="flex_variants", dense_flops=dense)
     for name, flex in flexes.items():
@@ -329,10 +341,15 @@ def _headline(record: rec.Record) -> rec.Record:
 def window_sweep(
     cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
 ) -> list[rec.Record]:
-    """Causal sliding window at each window: flex and every SDPA backend, with causal flex on
-    the same inputs as the baseline (ratio = speedup the window buys, with its interval);
-    metrics.ideal_speedup = causal needed FLOPs / window needed FLOPs. Windows are captured as
-    tensors, so the sweep adds no compiles after the first."""
+    """Causal sliding window at each window: flex and every SDPA backend, with causal flex
+    (`variant`) on the same inputs as the baseline (ratio = speedup the window buys, with its
+    interval); metrics.ideal_speedup = causal needed FLOPs / window needed FLOPs. The window's
+    own flex variant is tuned first at cfg.window (a narrow band favours small tiles: fewer
+    masked keys per query), records included. Windows are captured as tensors, so the sweep
+    adds no compiles after the tuning."""
+    banded, tuning = tune_flex(
+        cfg, facts=facts, pattern="causal_sliding_window", progress=progress
+    )
     shape = cfg.shape()
     qkv = make_qkv(shape, device=facts.device, seed=0)
     causal = cfg.pattern("causal")
@@ -344,9 +361,11 @@ def window_sweep(
         config = cfg.pattern("causal_sliding_window", window=window)
         check = forward_check(config, *qkv)
         needed, _ = attention_flops(config, shape)
-        flex = _FlexCompile(config, qkv[0], variant)
+        flex = _FlexCompile(config, qkv[0], banded)
         candidates = [
-            flex.candidate(FLEX, _flex(qkv, config, variant), check, flops=needed),
+            flex.candidate(
+                FLEX, _flex(qkv, config, banded), check, flops=needed, metrics=banded._asdict()
+            ),
             Candidate(FLEX_CAUSAL, flex_causal, causal_check, flops=causal_flops),
         ]
         candidates += [
@@ -367,7 +386,7 @@ def window_sweep(
             dense_flops=dense,
         )
         out += flex.records(this, facts)
-    return _ran(out, variant)
+    return tuning + _ran(_ran(out, banded), variant, FLEX_CAUSAL)
 
 
 def seq_sweep(

@@ -58,12 +58,12 @@ class AttentionConfig:
     num_global: int = param(16, "global_local: global tokens at the start; an int >= 0")
     softcap: float = param(20.0, "softcap: tanh cap on scores; a finite number > 0")
     block_sizes: tuple[int, ...] = param(
-        (64, 128),
-        "flex BlockMask tiles tried on causal forward (the fastest here is used everywhere); "
-        "a non-empty list of powers of two >= 16",
+        (32, 64, 128),
+        "flex BlockMask tiles tried on causal (its fastest here runs every case) and on the "
+        "causal sliding window (its sweep); a non-empty list of powers of two >= 16",
     )
     upcast: bool = param(
-        True, "also try bf16/fp16 flex computed in fp32 (on causal forward); True or False"
+        True, "also try bf16/fp16 flex computed in fp32 (where tiles are tried); True or False"
     )
     cold_compile: bool = param(
         True,

@@ -15,6 +15,7 @@ from kernel_lib.attention.patterns import PatternConfig, materialise
 from kernel_lib.plots import grouped_bars, ok_records, place_legend, plain_log_ticks, whiskers
 
 FLEX = "flex_attention_compiled"
+SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
 
 
 def _ok(frame: pd.DataFrame, section: str) -> pd.DataFrame:
@@ -124,33 +125,33 @@ def plot_window_speedup(frame: pd.DataFrame):
     return fig
 
 
+def _shape(data: pd.DataFrame) -> str:
+    """'B=.. H=.. S=.. D=.. dtype' of the first row (one case's records)."""
+    if not len(data):
+        return "nothing ran"
+    r = data.iloc[0]
+    dims = " ".join(f"{k}={r[f'shape.{n}']}" for k, n in zip("BHSD", SHAPE_FIELDS))
+    return f"{dims} {r['dtype']}"
+
+
 def plot_flex_variants(frame: pd.DataFrame):
-    """Causal forward time of each flex variant beside the plain compiled attention (whiskers
-    p10 to p90 of the timed calls); the title names the variant chosen here."""
+    """Forward time of each flex variant beside the plain compiled attention, per tuned pattern
+    (whiskers p10 to p90 of the timed calls); the title names the causal choice here."""
     data = _ok(frame, "flex_variants")
     ax, _ = grouped_bars(
         data.assign(implementation=data["implementation"].str.removeprefix(f"{FLEX}_")),
         index="implementation",
-        columns="dtype",
+        columns="case",
         values="median_ms",
         figsize=(7, 3.5),
         rot=0,
-        legend=False,
     )
+    place_legend(ax, title="tuned on")
     ax.set_ylabel("forward time, median (ms;\nwhiskers p10 to p90)")
     ax.set_xlabel("flex variant (block tile, compute dtype) or plain comparator")
-    chosen = data["variant"].dropna()
-    shape = data.iloc[0] if len(data) else None
-    where = (
-        ""
-        if shape is None
-        else (
-            f" B={shape['shape.batch']} H={shape['shape.heads']} S={shape['shape.seq_len']} "
-            f"D={shape['shape.head_dim']} {shape['dtype']}"
-        )
-    )
+    chosen = data.loc[data["case"] == "causal", "variant"].dropna()
     ax.set_title(
-        f"Flex causal forward variants{where} (lower is better)\nchosen here: "
+        f"Flex forward variants, {_shape(data)} (lower is better)\nchosen here: "
         + (chosen.iloc[0].removeprefix(f"{FLEX}_") if len(chosen) else "none ran")
     )
     ax.figure.tight_layout()

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from kernel_lib.attention import bench
+from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.shapes import AttentionShape, attention_flops
 from kernel_lib.checks import Unsupported
 
@@ -63,10 +64,8 @@ def test_ratios_are_over_the_best_sdpa_backend(records):
 
 
 def test_headline_is_flex_causal_forward(records):
-    headlines = [r for r in records if r.headline]
-    assert [(r.case, r.implementation, r.mode) for r in headlines] == [
-        ("causal", bench.FLEX, "forward")
-    ]
+    headlines = [(r.case, r.implementation, r.mode) for r in records if r.headline]
+    assert [h for h in headlines if h[0] == "causal"] == [("causal", bench.FLEX, "forward")]
 
 
 def test_skips_have_reasons(records):
@@ -79,6 +78,16 @@ def test_skips_have_reasons(records):
 def test_window_sweep_is_over_causal_flex(records):
     flex = _by_key(records)[("causal_sliding_window_w17", bench.FLEX, "forward")]
     assert flex.baseline == bench.FLEX_CAUSAL and flex.metrics["ideal_speedup"] > 1
+
+
+def test_flex_records_name_the_variant_they_ran(records):
+    by_key = _by_key(records)
+    chosen = bench.variant_name(FlexVariant(FLEX_BLOCK))
+    for key in [("causal", bench.FLEX, "forward"), ("causal_sliding_window_w17", bench.FLEX, "forward"),
+                ("causal_sliding_window_w17", bench.FLEX_CAUSAL, "forward")]:  # fmt: skip
+        assert by_key[key].variant == chosen, key
+    assert by_key[("causal", bench.PLAIN, "forward")].status == "ok"  # the tuning's comparator
+    assert by_key[("causal_sliding_window", bench.PLAIN, "forward")].status == "ok"
 
 
 def test_first_calls_carry_their_check(records):

@@ -3,16 +3,18 @@ compiled comparator is timed beside them, and a variant slower than it is flagge
 
 import time
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
 from kernel_lib import variants
-from kernel_lib.attention import bench
+from kernel_lib.attention import bench, plots
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.plain import attention_naive_compiled
 from kernel_lib.attention.reference import reference_output
 from kernel_lib.attention.shapes import make_qkv
+from kernel_lib.records import to_frame
 
 from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config
 
@@ -72,6 +74,15 @@ def test_the_plain_compiled_comparator_is_timed_beside_the_variants(monkeypatch,
     assert plain.status == "ok" and plain.check["pass"] and plain.samples_ms
     assert got[FAST].baseline == bench.PLAIN and got[FAST].ratio_vs_baseline is not None
     assert {r.metrics["section"] for r in got.values()} == {"flex_variants"}
+
+
+def test_the_variants_plot_names_the_choice(monkeypatch, cpu_facts):
+    _fake_flex(monkeypatch, sleep_s={128: 0.005})
+    _, records = bench.tune_flex(CFG, facts=cpu_facts)
+    fig = plots.plot_flex_variants(to_frame(records))
+    title = fig.axes[0].get_title()
+    assert "chosen here: block64" in title and "S=200 D=16 float32" in title
+    plt.close(fig)
 
 
 def test_a_broken_variant_is_wrong_and_never_chosen(monkeypatch, cpu_facts):
