@@ -192,15 +192,15 @@ def tune_flex(
     variant is chosen by `variants.choose` (cached per machine; a variant slower than the plain
     comparator is flagged). When none ran, the first variant is returned and every flex case
     records the same reason."""
-    shape, causal = cfg.shape(), cfg.pattern(pattern)
+    shape, config = cfg.shape(), cfg.pattern(pattern)
     qkv = make_qkv(shape, device=facts.device, seed=0)
-    check = forward_check(causal, *qkv)
-    needed, dense = attention_flops(causal, shape)
-    flexes = {variant_name(v): _FlexCompile(causal, qkv[0], v) for v in cfg.flex_variants()}
+    check = forward_check(config, *qkv)
+    needed, dense = attention_flops(config, shape)
+    flexes = {variant_name(v): _FlexCompile(config, qkv[0], v) for v in cfg.flex_variants()}
     candidates = [
         flex.candidate(
             name,
-            _flex(qkv, causal, flex.variant),
+            _flex(qkv, config, flex.variant),
             check,
             flops=needed,
             metrics=flex.variant._asdict(),
@@ -208,7 +208,7 @@ def tune_flex(
         for name, flex in flexes.items()
     ]
     candidates.append(
-        Candidate(PLAIN, partial(attention_naive_compiled, *qkv, causal), check, flops=needed)
+        Candidate(PLAIN, partial(attention_naive_compiled, *qkv, config), check, flops=needed)
     )
     this = Case(TOPIC, pattern, shape.as_dict(), shape.dtype, FORWARD)
     out = compare(
