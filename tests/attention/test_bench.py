@@ -30,6 +30,18 @@ PARAMS = {
     "attn_min_time_s": 0.01,
     "attn_windows": [17],
     "attn_seq_lens": [FLEX_SHAPE.seq_len],
+    # bench_decode's sections on tiny sizes (the defaults are the 8k-token decode target)
+    "attn_gym_patterns": ["shared_prefix"],
+    "attn_decode_heads": 4,
+    "attn_decode_kv_heads": 2,
+    "attn_decode_head_dim": 16,
+    "attn_decode_kv_len": 77,
+    "attn_decode_q_len": 3,
+    "attn_decode_dtype": "float32",
+    "attn_decode_kv_lens": [77],
+    "attn_cross_q_len": 13,
+    "attn_cross_kv_len": 50,
+    "attn_page_size": 32,
 }
 
 
