@@ -15,6 +15,7 @@ from kernel_lib.fp8.scaling import (
     broadcast_scale,
     mx_scale_from_amax,
     scale_from_amax,
+    scale_product,
     scale_shape,
 )  # fmt: skip
 from kernel_lib.fp8.scaling import granularity as _granularity
@@ -116,9 +117,7 @@ def quantize(
         scale = mx_scale_from_amax(group_amax, fmt)
     elif scale is None:
         scale = scale_from_amax(group_amax, fmt, margin=margin)
-    scaled = (x.float() * broadcast_scale(scale.float(), tuple(x.shape), gran)).clamp(
-        -info.max, info.max
-    )
+    scaled = scale_product(x.float(), scale.float(), gran).clamp(-info.max, info.max)
     if finite is not None:
         scaled = torch.where(finite, scaled, torch.nan)
     return Fp8Tensor(scaled.to(info.dtype), scale.float(), group_amax, fmt, gran)

@@ -142,6 +142,21 @@ def scale_from_amax(
     return torch.div(torch.tensor(fmax, dtype=torch.float32, device=amax.device), denominator)
 
 
+def scale_product(x: torch.Tensor, scale: torch.Tensor, gran: Granularity) -> torch.Tensor:
+    """x * scale, each element times its group's scale. 1-row blocks: the whole blocks as a
+    (..., K // b, b) view and the partial last block apart, concatenated. torch 2.13's Inductor
+    (CPU) miscompiles the per-element expansion (gather by k // b, repeat_interleave or padded
+    blocks) when K is not a multiple of b, reading out of bounds; this form compiles right.
+    128x128 blocks still go through the expansion (see tests/fp8/test_quantize.py)."""
+    if gran not in BLOCK_SHAPES or BLOCK_SHAPES[gran][0] != 1:
+        return x * broadcast_scale(scale, tuple(x.shape), gran)
+    width, k, lead = BLOCK_SHAPES[gran][1], x.shape[-1], x.shape[:-1]
+    whole, n = k - k % width, k // width
+    head = x[..., :whole].reshape(*lead, n, width) * scale[..., :n, None]
+    head = head.reshape(*lead, whole)
+    return head if whole == k else torch.cat([head, x[..., whole:] * scale[..., n:]], dim=-1)
+
+
 def emax_elem(fmt: Fp8Format | str) -> int:
     """floor(log2(fp8_max)): the largest exponent of the element format (e4m3fn 8, e5m2 15)."""
     return math.floor(math.log2(format_info(fmt).max))
@@ -164,9 +179,6 @@ def broadcast_scale(
     gran = granularity(gran)
     if gran not in BLOCK_SHAPES:
         return scale
-    # A gather by block index: torch 2.13's Inductor (CPU) miscompiles x * s.repeat_interleave(b)
-    # [..., :K] and x viewed as padded blocks times s when K is not a multiple of b (out-of-bounds
-    # reads); this form compiles right for 1-row blocks (128x128 still does not: see the tests)
     rows, cols = BLOCK_SHAPES[gran]
     col_block = torch.arange(shape[-1], device=scale.device) // cols
     if rows == 1:

@@ -191,21 +191,25 @@ def test_ceil_scale_rounding_fails_the_bit_exact_check(monkeypatch):
 
 
 INDUCTOR_128X128 = pytest.mark.xfail(
-    strict=True,
+    strict=False,  # measured failing on AMD EPYC (AVX-512 and AVX2); other CPUs may differ
     reason="torch 2.13 Inductor (CPU) miscompiles the 128x128 amax fused into the scaled cast "
     "when K is not a multiple of 128: later column blocks read garbage",
 )
 
 
+@pytest.mark.parametrize("shape", [(9, 200), (1, 200), (2, 3, 130)])  # partial last blocks
 @pytest.mark.parametrize(
     "gran", [pytest.param("blockwise", marks=INDUCTOR_128X128), "blockwise_1x128", "mx"]
 )
-def test_the_fast_path_compiles_bit_exact(gran):  # K = 200: a partial last block
+def test_the_fast_path_compiles_bit_exact(gran, shape):
+    if gran == "blockwise" and len(shape) != 2:
+        pytest.skip("128x128 blocks need a 2-D x")
+
     def codes(x):
         q = quantize(x, granularity=gran, nonfinite="nan")
         return q.data.view(torch.uint8), q.scale
 
-    x = with_nonfinite(with_extremes(wide_tensor((9, 200), seed=5)))
+    x = with_nonfinite(with_extremes(wide_tensor(shape, seed=5)))
     got = torch.compile(codes, fullgraph=True, dynamic=False)(x)
     ref = quantize_reference(x, granularity=gran)
     assert torch.equal(got[0], _bits(ref)) and torch.equal(got[1], ref.scale)
