@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernel_lib import records as rec
+from kernel_lib.measure import Case
 from kernel_lib.moe import bench, dispatch
 from kernel_lib.moe.bench import suite
 from kernel_lib.moe.cases import check_table, make_case
@@ -24,9 +25,23 @@ PARAMS = dict(
 CFG = MoEBenchConfig.from_params(PARAMS)
 
 
+def _eager(fn, **kwargs):
+    return fn
+
+
+@pytest.fixture(autouse=True)
+def eager_compile(monkeypatch):
+    """torch.compile as the identity here: these tests are about records, checks and choices;
+    the compiled comparator's own compile and check run in tests/test_cli.py (bench --json)."""
+    monkeypatch.setattr(torch, "compile", _eager)
+
+
 @pytest.fixture(scope="module")
 def records():
-    return suite(PARAMS)
+    """The whole suite at tiny sizes (torch.compile as the identity, as in eager_compile)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "compile", _eager)
+        return suite(PARAMS)
 
 
 def test_suite_sections_modes_and_unique_ids(records):
@@ -173,10 +188,8 @@ def test_the_plain_comparator_is_timed_beside_every_chosen_dispatch(records):
 
 @pytest.fixture
 def variants_here(tmp_path, monkeypatch):
-    """A fresh choice cache, and torch.compile as the identity (the comparator's compile is
-    tested by the suite; these tests are about the choice)."""
+    """A fresh choice cache, and a config of three strategies besides the plain comparator."""
     monkeypatch.setenv("KERNEL_WORKBOOK_VARIANT_CACHE", str(tmp_path))
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
     return dataclasses.replace(
         CFG, strategies=("loop", "sorted_segments", "padded"), compile=(), backward=False
     )
@@ -184,7 +197,7 @@ def variants_here(tmp_path, monkeypatch):
 
 def _slowed(fn):
     def slow(*args, **kwargs):
-        time.sleep(0.005)
+        time.sleep(0.02)  # far beyond the tiny case on a loaded machine
         return fn(*args, **kwargs)
 
     return slow
@@ -194,9 +207,7 @@ def _dispatch(records):
     return {r.implementation: r for r in records if r.implementation.startswith("dispatch_")}
 
 
-def test_a_slow_strategy_is_never_chosen_and_flagged_against_the_plain_path(
-    monkeypatch, cpu_facts, variants_here
-):
+def test_a_slow_strategy_is_never_chosen(monkeypatch, cpu_facts, variants_here):
     monkeypatch.setattr(
         dispatch, "dispatch_sorted_segments", _slowed(dispatch.dispatch_sorted_segments)
     )
@@ -204,10 +215,38 @@ def test_a_slow_strategy_is_never_chosen_and_flagged_against_the_plain_path(
     slow = recs["dispatch_sorted_segments"]
     assert slow.status == "ok" and slow.variant not in (None, slow.implementation)
     assert not slow.headline and recs[slow.variant].headline
-    assert any("slower than its plain comparator dispatch_loop_compiled" in f for f in slow.flags)
     assert recs["dispatch_loop"].variant is None  # the eager loop is no variant here
     again = _dispatch(bench.section_throughput(variants_here, cpu_facts))
     assert again[slow.variant].metrics["variant_source"] == "cached"
+
+
+def _timed(implementation: str, rounds_ms: tuple) -> rec.Record:
+    return rec.Record(
+        "moe", "forward", implementation, "cpu", "cpu", median_ms=rounds_ms[0],
+        round_medians_ms=rounds_ms, baseline="dense_gemm", ratio_vs_baseline=1 / rounds_ms[0],
+    )  # fmt: skip
+
+
+def test_a_strategy_slower_than_the_plain_compiled_loop_is_flagged(cpu_facts, variants_here):
+    # rounds as a quiet machine would time them: no timing noise in this test
+    records = [
+        _timed("dispatch_loop", (9.0,) * 10),
+        _timed("dispatch_padded", (2.0, 2.1) * 5),
+        _timed("dispatch_sorted_segments", (1.0, 1.1) * 5),
+        _timed("dispatch_loop_compiled", (1.5, 1.6) * 5),
+    ]
+    case = Case("moe", "forward", {"T": 1}, "float32", "forward")
+    got = bench.chosen_headline(
+        records, case, cpu_facts, comparator="dispatch_loop_compiled", label="chosen"
+    )
+    by_name = {r.implementation: r for r in got}
+    assert by_name["dispatch_sorted_segments"].headline == "chosen"
+    assert any(
+        "slower than its plain comparator dispatch_loop_compiled" in f
+        for f in by_name["dispatch_padded"].flags
+    )
+    assert not by_name["dispatch_sorted_segments"].flags
+    assert by_name["dispatch_loop"].variant is None and not by_name["dispatch_loop"].flags
 
 
 def test_a_broken_fast_strategy_is_wrong_and_never_chosen(monkeypatch, cpu_facts, variants_here):
