@@ -26,7 +26,7 @@ from kernel_lib.fp8.checks import (
 )  # fmt: skip
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.grouped import (
-    group_offsets,
+    bf16_grouped_mm,
     looped_scaled_mm,
     quantize_experts,
     scaled_grouped_mm,
@@ -253,7 +253,6 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     w = (torch.randn(e, f, k, generator=gen) / k**0.5).to(facts.device, torch.bfloat16)
     shape = {"T": t, "K": k, "N": f, "E": e}
     case = Case(TOPIC, "grouped_gemm", shape, "bfloat16", "forward")
-    offs = group_offsets(counts, device=facts.device)
     full = functools.cache(lambda: grouped_linear_reference(x, w, counts, fmt=None))
     fp8_ref = functools.cache(lambda: grouped_linear_reference(x, w, counts, fmt=fmt))
     qx, qw = quantize_experts(x, w, fmt=fmt)
@@ -263,7 +262,7 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     candidates = [
         Candidate(
             "bf16_grouped_mm",
-            lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs),
+            lambda: bf16_grouped_mm(x, w, counts),
             flops=flops,
             check=against(
                 full, reference="fp64 loop over experts", tolerance=TOLERANCES["bf16_out"]

@@ -114,3 +114,24 @@ def skewed_counts(tokens: int, experts: int, *, seed: int = 0) -> list[int]:
     gen = torch.Generator().manual_seed(seed)
     picks = torch.multinomial(weights, tokens, replacement=True, generator=gen)
     return torch.bincount(picks, minlength=experts).tolist()
+
+
+@functools.cache
+def grouped_mm_unsupported(device: str) -> str | None:
+    """Why bf16 `torch._grouped_mm` cannot run on `device` (a 2-expert probe raised), or None."""
+    x, w = (torch.ones(s, device=device, dtype=torch.bfloat16) for s in ((32, 16), (2, 16, 16)))
+    try:
+        torch._grouped_mm(x, w.transpose(-2, -1), offs=group_offsets([16, 16], device=device))
+    except (RuntimeError, NotImplementedError) as why:
+        return f"unsupported: torch._grouped_mm has no bf16 kernel for {device} ({type(why).__name__})"
+    return None
+
+
+def bf16_grouped_mm(x: torch.Tensor, weights: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """The bf16 baseline: x (T, K) row groups times weights (E, N, K).T in one
+    `torch._grouped_mm` -> (T, N) bf16; Unsupported where the device has no kernel."""
+    if reason := grouped_mm_unsupported(str(x.device)):
+        raise Unsupported(reason)
+    return torch._grouped_mm(
+        x, weights.transpose(-2, -1), offs=group_offsets(counts, device=x.device)
+    )

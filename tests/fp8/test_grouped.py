@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from kernel_lib.checks import Unsupported, relative_error
-from kernel_lib.fp8 import checks
+from kernel_lib.fp8 import checks, grouped
 from kernel_lib.fp8.checks import TOLERANCES, grouped_gemm_check
 from kernel_lib.fp8.grouped import (
     group_offsets,
@@ -77,3 +77,14 @@ def test_swapped_experts_fail_the_check(monkeypatch):
     )
     table = grouped_gemm_check([9, 5, 23, 4], dim=64, ffn=32)
     assert (table[table["implementation"] == "looped_scaled_mm"]["check"] == "FAIL").all()
+
+
+def test_bf16_baseline_matches_the_unquantised_reference_and_skips_without_a_kernel(monkeypatch):
+    counts = [5, 0, 12, 3]
+    x, w = _inputs(counts)
+    out = grouped.bf16_grouped_mm(x.bfloat16(), w.bfloat16(), counts)
+    ref = grouped_linear_reference(x.bfloat16(), w.bfloat16(), counts, fmt=None)
+    assert relative_error(out, ref) <= TOLERANCES["bf16_out"].value
+    monkeypatch.setattr(grouped, "grouped_mm_unsupported", lambda device: "unsupported: no kernel")
+    with pytest.raises(Unsupported, match="no kernel"):
+        grouped.bf16_grouped_mm(x.bfloat16(), w.bfloat16(), counts)
