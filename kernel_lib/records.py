@@ -149,6 +149,13 @@ def measured(
     )
 
 
+def info(topic: str, case: str, implementation: str, *, facts: DeviceFacts, **fields) -> Record:
+    """A result that is not a timing (memory, errors, losses, probes): metrics only."""
+    return Record(
+        topic=topic, case=case, implementation=implementation, **fields, **_context(facts)
+    )
+
+
 def skipped(
     topic: str,
     case: str,

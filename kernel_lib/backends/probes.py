@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernel_lib.backends.target import TOPIC, Target
-from kernel_lib.records import Record, skipped
+from kernel_lib.records import Record, info, skipped
 
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 SDPA_BACKENDS = {
@@ -213,12 +213,11 @@ def probe(target: Target, *, compile: bool = True) -> list[Record]:
         crash = CRASHES.get((torch.device(facts.device).type, name))
         ok, detail = (False, crash) if crash else _run(fn)
         records.append(
-            Record(
-                topic=TOPIC,
-                case="probe",
-                implementation=name,
-                device=facts.name,
-                backend=facts.backend,
+            info(
+                TOPIC,
+                "probe",
+                name,
+                facts=facts,
                 dtype=dtype,
                 metrics={"supported": "yes" if ok else "no", "detail": detail},
             )

@@ -353,18 +353,6 @@ def skipped_section(facts: DeviceFacts, case: str, reason: str) -> list[rec.Reco
     return [rec.skipped(TOPIC, case, "fp8_model", reason, facts=facts)]
 
 
-def _info_record(facts: DeviceFacts, case: str, implementation: str, **fields) -> rec.Record:
-    """A result that is not a timing (memory, errors, losses): metrics only."""
-    return rec.Record(
-        topic=TOPIC,
-        case=case,
-        implementation=implementation,
-        device=facts.name,
-        backend=facts.backend,
-        **fields,
-    )
-
-
 def inference_comparison(config: Fp8BenchConfig, *, device: str) -> InferenceComparison:
     """The student MLP of the training check (untrained, seeded) converted for inference with
     the first speed recipe, on one seeded batch."""
@@ -389,14 +377,15 @@ def inference_records(comparison: InferenceComparison, facts: DeviceFacts) -> li
         **common,
     }
     return [
-        _info_record(
-            facts,
+        rec.info(
+            TOPIC,
             "inference",
             "bf16_model",
+            facts=facts,
             dtype="bfloat16",
             metrics={"weight_bytes": c.bf16_weight_bytes, **c.bf16_error_vs_fp32, **common},
         ),
-        _info_record(facts, "inference", "fp8_model", dtype="float8", metrics=fp8),
+        rec.info(TOPIC, "inference", "fp8_model", facts=facts, dtype="float8", metrics=fp8),
     ]
 
 
@@ -451,8 +440,14 @@ def training_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record
             "gap_vs_bf16": row.gap_vs_bf16,
         }
         records.append(
-            _info_record(
-                facts, "training", row.run, shape=shape, metrics=metrics, check=checks[1].as_dict()
+            rec.info(
+                TOPIC,
+                "training",
+                row.run,
+                facts=facts,
+                shape=shape,
+                metrics=metrics,
+                check=checks[1].as_dict(),
             )
         )
     return records

@@ -52,24 +52,14 @@ def recipe_errors(config: Fp8BenchConfig) -> pd.DataFrame:
     return recipe_error_table(error_tensors(config), fmt=config.error_format)
 
 
-def _info(facts: DeviceFacts, case: str, implementation: str, **fields) -> rec.Record:
-    return rec.Record(
-        topic=TOPIC,
-        case=case,
-        implementation=implementation,
-        device=facts.name,
-        backend=facts.backend,
-        **fields,
-    )
-
-
 def recipe_error_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record]:
     """One metrics-only record per row of `recipe_errors` (quantisation runs on the CPU)."""
     return [
-        _info(
-            facts,
+        rec.info(
+            TOPIC,
             "recipe_error",
             row.granularity,
+            facts=facts,
             shape={"tensor": row.tensor},
             metrics={
                 "sqnr_db": row.sqnr_db,
@@ -139,10 +129,11 @@ def check_records(
             continue
         metrics = {"vs_fp8_reference": row["vs_fp8_reference"], "vs_fp64": row["vs_fp64"]}
         out.append(
-            _info(
-                facts,
+            rec.info(
+                TOPIC,
                 case,
                 name,
+                facts=facts,
                 shape=shape,
                 dtype="float8",
                 metrics=metrics,
