@@ -14,6 +14,7 @@ import functools
 
 import torch
 
+from kernel_lib.backends.probes import CRASHES
 from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.formats import Fp8Format
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
@@ -118,7 +119,10 @@ def skewed_counts(tokens: int, experts: int, *, seed: int = 0) -> list[int]:
 
 @functools.cache
 def grouped_mm_unsupported(device: str) -> str | None:
-    """Why bf16 `torch._grouped_mm` cannot run on `device` (a 2-expert probe raised), or None."""
+    """Why bf16 `torch._grouped_mm` cannot run on `device` (a 2-expert probe raised, or probing
+    would kill the process), or None."""
+    if crash := CRASHES.get((torch.device(device).type, "_grouped_mm")):
+        return f"unsupported: {crash}"
     x, w = (torch.ones(s, device=device, dtype=torch.bfloat16) for s in ((32, 16), (2, 16, 16)))
     try:
         torch._grouped_mm(x, w.transpose(-2, -1), offs=group_offsets([16, 16], device=device))

@@ -6,6 +6,7 @@ from kernel_lib.fp8 import checks, grouped
 from kernel_lib.fp8.checks import TOLERANCES, grouped_gemm_check
 from kernel_lib.fp8.grouped import (
     group_offsets,
+    grouped_mm_unsupported,
     looped_scaled_mm,
     quantize_experts,
     scaled_grouped_mm,
@@ -88,3 +89,8 @@ def test_bf16_baseline_matches_the_unquantised_reference_and_skips_without_a_ker
     monkeypatch.setattr(grouped, "grouped_mm_unsupported", lambda device: "unsupported: no kernel")
     with pytest.raises(Unsupported, match="no kernel"):
         grouped.bf16_grouped_mm(x.bfloat16(), w.bfloat16(), counts)
+
+
+def test_grouped_mm_on_xla_is_refused_without_the_probe_that_would_kill_the_process():
+    # torch_xla 2.9 segfaults on torch._grouped_mm: the answer must come before any call
+    assert "segfaults" in grouped_mm_unsupported("xla:0")
