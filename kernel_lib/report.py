@@ -14,7 +14,7 @@ from kernel_lib.records import RESULTS_SUFFIX, load_records
 
 def _describe(row: pd.Series) -> str:
     shape = ",".join(
-        f"{k[6:]}={int(v) if float(v).is_integer() else v}"
+        f"{k[6:]}={int(v) if isinstance(v, float) and v.is_integer() else v}"
         for k, v in row.items()
         if k.startswith("shape.") and pd.notna(v)
     )

@@ -89,6 +89,14 @@ def test_only_declared_headlines_are_shown(cpu_facts):
     ]  # the faster dense ceiling is not a headline
 
 
+def test_headline_shape_may_hold_text(cpu_facts):
+    dense, fast = _declared(cpu_facts)
+    fast = dataclasses.replace(fast, shape={"T": 4096, "mask": "causal"})
+    assert headlines(to_frame_with_verdict([fast]))[0].endswith(
+        "(dispatch_x bfloat16 T=4096,mask=causal)"
+    )
+
+
 def test_headline_inside_the_noise_says_so(cpu_facts):
     dense, fast = _declared(cpu_facts)
     fast = with_ratio(fast, dense, Ratio(1.02, 0.97, 1.08, 0.95, 10))
