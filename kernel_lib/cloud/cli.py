@@ -59,13 +59,17 @@ def cmd_launch(args) -> int:
     return 1 if any(o.startswith("failed") for o in outcomes.values()) else 0
 
 
-def cmd_status(args) -> int:
-    lines = jobs.status(_names(args.platforms))
+def _print_jobs(lines: dict[str, str], none: str) -> int:
+    """One line per platform's job, or `none` when there is none."""
     for platform, line in lines.items():
         print(f"{platform}: {line}")
     if not lines:
-        print("no kernel-workbook managed jobs")
+        print(none)
     return 0
+
+
+def cmd_status(args) -> int:
+    return _print_jobs(jobs.status(_names(args.platforms)), "no kernel-workbook managed jobs")
 
 
 def cmd_collect(args) -> int:
@@ -80,11 +84,7 @@ def cmd_collect(args) -> int:
 
 def cmd_down(args) -> int:
     lines = jobs.down(_names(args.platforms))
-    for platform, line in lines.items():
-        print(f"{platform}: {line}")
-    if not lines:
-        print("no unfinished kernel-workbook managed jobs")
-    return 0
+    return _print_jobs(lines, "no unfinished kernel-workbook managed jobs")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

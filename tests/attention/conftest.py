@@ -69,3 +69,12 @@ def qkv_for(seq_len: int, num_heads: int, *, batch: int = 2, head_dim: int = 16,
 
 def fp64(*tensors: torch.Tensor):
     return tuple(t.double() for t in tensors)
+
+
+def flex_bench_config(**changes):
+    """The attention config of the FLEX_SHAPE cases (window 17), with `changes`."""
+    from kernel_lib.attention.config import AttentionConfig
+
+    shape = {"batch": FLEX_SHAPE.batch, "heads": FLEX_SHAPE.heads}
+    shape |= {"seq_len": FLEX_SHAPE.seq_len, "head_dim": FLEX_SHAPE.head_dim}
+    return AttentionConfig(**shape, window=17, windows=(17,), **changes)

@@ -12,17 +12,9 @@ from kernel_lib.attention import bench, cold_compile
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import FlexVariant
 
-from .conftest import FLEX_BLOCK, FLEX_SHAPE
+from .conftest import FLEX_BLOCK, flex_bench_config
 
-CFG = AttentionConfig(
-    batch=FLEX_SHAPE.batch,
-    heads=FLEX_SHAPE.heads,
-    seq_len=FLEX_SHAPE.seq_len,
-    head_dim=FLEX_SHAPE.head_dim,
-    window=17,
-    windows=(17,),
-    block_sizes=(FLEX_BLOCK,),
-)
+CFG = flex_bench_config(block_sizes=(FLEX_BLOCK,))
 VARIANT = FlexVariant(FLEX_BLOCK)
 
 

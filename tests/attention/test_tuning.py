@@ -16,19 +16,9 @@ from kernel_lib.attention.reference import reference_output
 from kernel_lib.attention.shapes import make_qkv
 from kernel_lib.records import to_frame
 
-from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config
+from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_bench_config, flex_config
 
-CFG = AttentionConfig(
-    batch=FLEX_SHAPE.batch,
-    heads=FLEX_SHAPE.heads,
-    seq_len=FLEX_SHAPE.seq_len,
-    head_dim=FLEX_SHAPE.head_dim,
-    window=17,
-    windows=(17,),
-    block_sizes=(FLEX_BLOCK, 128),
-    reps=6,
-    min_time_s=0.01,
-)
+CFG = flex_bench_config(block_sizes=(FLEX_BLOCK, 128), reps=6, min_time_s=0.01)
 FAST, OTHER = (bench.variant_name(FlexVariant(b)) for b in CFG.block_sizes)
 
 
