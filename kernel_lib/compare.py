@@ -8,9 +8,14 @@ runner marked `stale_results` (it failed and the report kept an earlier run's re
 Same device (every run on both sides has one platform and one device name):
 - Per record and side, the per-run medians (each run's `median_ms`). `ratio` = median of B's run
   medians / median of A's (> 1: B is slower).
+- `apart` = the ratio between the closest runs of the two sides, in the direction of `ratio`:
+  fastest B run / slowest A run when B is slower (slowest B / fastest A when faster).
 - `slower` / `faster`: the ratio is beyond the factor (> f or < 1/f, default f = 1.1) AND, with at
-  least 3 runs a side, an exact permutation test on the per-run medians says p <= 0.05.
-- `unconfirmed`: beyond the factor, but fewer than 3 runs a side, or the test is not significant.
+  least 3 runs a side, an exact permutation test on the per-run medians says p <= 0.05 AND the
+  runs are apart by the factor (`apart` beyond f too: every run of B is more than f times slower,
+  or faster, than every run of A).
+- `unconfirmed`: beyond the factor, but fewer than 3 runs a side, the test is not significant, or
+  some runs of the two sides lie within the factor of each other.
 - `same`: within the factor.
 - `lost`: ok in A, failed/skipped/wrong in B (a side's status is `ok` only if every run has it ok);
   `recovered`: the reverse; `not run`: not ok on either side; `untimed`: ok on both sides but
@@ -26,8 +31,16 @@ slower: P(stat >= observed); B faster: P(stat <= observed)). Why: with 3 runs a 
 exact p is 1/C(6, 3) = 1/20 = 0.05 one-sided, but 2/20 = 0.10 two-sided, so a two-sided test at
 0.05 could never confirm anything with 3 runs. The price: choosing the side after looking makes
 this a two-sided test at 0.10 in effect (a record with no change passes the test, in one
-direction or the other, up to 10 % of the time). The factor gate is what keeps noise out: a
-verdict needs both. For a strict two-sided 5 % test use >= 4 runs a side (min p = 2/70).
+direction or the other, up to 10 % of the time). The factor gates are what keep noise out. Why
+`apart` as well as `ratio`: on a shared VM a process's speed can settle in one of two states
+(measured here: a small MLP at 0.48 or 0.63 ms, fp32 GEMMs 10-20 % apart, from one process to
+the next), so with 3 runs a side every run of one side lands in the slow state 1 time in 20 by
+chance, the medians then differ by the gap between the states, and with tens of records compared
+at once some record does so in most A/A comparisons (2 real A/A pairs of backend_cpu + fp8, 38
+timed records: 3 and 6 `slower` without this gate, 1 and 0 with it). A real change moves every
+run of a side; asking that the runs themselves be apart by the factor keeps a change smaller than
+the run-to-run spread `unconfirmed`. For a strict two-sided 5 % test use >= 4 runs a side (min p
+= 2/70).
 
 Different devices (platform or device name differ between runs): no verdict words at all. The
 table shows the ratio of medians with a spread interval [min over B's runs of p10 / max over A's
@@ -218,6 +231,14 @@ def _ratio(a: list[float], b: list[float]) -> float:
     return math.inf if mb > 0 else math.nan
 
 
+def apart(a: list[float], b: list[float]) -> float:
+    """The ratio between the closest runs of the two sides, in the direction of the ratio of the
+    medians: min(B) / max(A) when B is slower, max(B) / min(A) when faster."""
+    if _ratio(a, b) >= 1:
+        return min(b) / max(a) if max(a) > 0 else math.nan
+    return max(b) / min(a) if min(a) > 0 else math.nan
+
+
 def timing_verdict(
     a: list[float], b: list[float], factor: float = DEFAULT_FACTOR
 ) -> tuple[str, float, float | None]:
@@ -230,10 +251,11 @@ def timing_verdict(
         p = permutation_p(a, b, alternative=direction)
     if not (ratio > factor or ratio < 1 / factor):  # within the factor (or undefined)
         return "same", ratio, p
-    word = "slower" if ratio > factor else "faster"
-    if p is None or p > ALPHA:
+    slower = ratio > factor
+    gap = apart(a, b)
+    if p is None or p > ALPHA or not (gap > factor if slower else gap < 1 / factor):
         return "unconfirmed", ratio, p
-    return word, ratio, p
+    return "slower" if slower else "faster", ratio, p
 
 
 def spread_interval(a_rows: list[dict], b_rows: list[dict]) -> tuple[float, float]:
@@ -438,7 +460,7 @@ def compare_runs(a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR) 
             continue
         if timed:
             verdict, ratio, p = timing_verdict(ma, mb, factor)
-            row.update(verdict=verdict, ratio=ratio, p=p)
+            row.update(verdict=verdict, ratio=ratio, apart=apart(ma, mb), p=p)
         elif sa == "ok" and sb != "ok":
             row["verdict"] = "lost"
         elif sa != "ok" and sb == "ok":
@@ -452,7 +474,7 @@ def compare_runs(a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR) 
         columns = ["key", "a_ms", "b_ms", "ratio", "low", "high", "a_runs", "b_runs"]
         columns += ["a_status", "b_status"]
     else:
-        columns = ["key", "verdict", "a_ms", "b_ms", "ratio", "p", "a_runs", "b_runs"]
+        columns = ["key", "verdict", "a_ms", "b_ms", "ratio", "apart", "p", "a_runs", "b_runs"]
         columns += ["a_status", "b_status"]
     table = pd.DataFrame(rows).reindex(columns=columns)
     table[["a_runs", "b_runs"]] = table[["a_runs", "b_runs"]].astype("Int64")
@@ -499,7 +521,8 @@ def _header(c: Comparison) -> list[str]:
         lines.append(
             f"Same device: ratio = B/A of the medians of the run medians (> 1: B takes longer); "
             f"factor {c.factor:g}; one-sided exact permutation test (difference of means of the "
-            f"run medians) at p <= {ALPHA:g} with >= {MIN_RUNS} runs a side."
+            f"run medians) at p <= {ALPHA:g} with >= {MIN_RUNS} runs a side; a verdict also needs "
+            f"the closest runs of the two sides apart by the factor (`apart`)."
         )
         lines.append(f"Records: {counts}.")
     return lines
@@ -510,7 +533,7 @@ def _rounded(frame: pd.DataFrame) -> pd.DataFrame:
     for col in ("a_ms", "b_ms"):
         if col in out:
             out[col] = out[col].map(lambda v: f"{v:.4g}" if pd.notna(v) else "")
-    for col in ("ratio", "low", "high", "p"):
+    for col in ("ratio", "apart", "low", "high", "p"):
         if col in out:
             out[col] = out[col].map(lambda v: f"{v:.3f}" if pd.notna(v) else "")
     for col in ("a_runs", "b_runs"):
@@ -621,6 +644,7 @@ def to_json(c: Comparison) -> dict:
             test="one-sided exact permutation test, difference of means of run medians",
             alpha=ALPHA,
             min_runs=MIN_RUNS,
+            apart="closest runs of the two sides: min B / max A (B slower), max B / min A (faster)",
         )
     return _jsonable(out)
 

@@ -121,6 +121,21 @@ def test_timing_verdict_rules():
     assert ratio == pytest.approx(2.0) and p == pytest.approx(0.05)
 
 
+def test_runs_not_apart_by_the_factor_are_unconfirmed():
+    # a real A/A pair (fp32 2048^3 GEMM run medians, ms, same revision, backend_cpu on the AMD
+    # EPYC): every B run slower than every A run (p = 1/20) and the medians 1.13x apart, but the
+    # closest runs only 1.065x apart: inside the run-to-run spread, not a verdict
+    a, b = [101.659, 97.086, 101.889], [118.746, 115.19, 108.457]
+    assert compare.permutation_p(a, b, alternative="greater") == pytest.approx(0.05)
+    assert compare.apart(a, b) == pytest.approx(108.457 / 101.889)
+    assert compare.timing_verdict(a, b) == ("unconfirmed", pytest.approx(1.133, abs=1e-3), 0.05)
+    assert compare.timing_verdict(a, b, factor=1.05)[0] == "slower"  # apart by 1.05
+    # the same gate the other way: faster
+    assert compare.apart(b, a) == pytest.approx(101.889 / 108.457)
+    assert compare.timing_verdict(b, a)[0] == "unconfirmed"
+    assert compare.timing_verdict(b, a, factor=1.05)[0] == "faster"
+
+
 # --------------------------------------------------------------------------------- verdicts
 
 
