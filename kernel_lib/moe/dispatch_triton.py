@@ -18,7 +18,7 @@ from kernel_lib.moe.dispatch import combine_sorted, sort_by_expert
 from kernel_lib.moe.experts import FeedForwardExperts
 from kernel_lib.moe.routing import Routing
 
-ACT_CODES = {"relu": 0, "gelu": 1, "swiglu": 2}
+ACT_CODES = {"relu": 0, "gelu": 1, "swiglu": 2, "swiglu_clamped": 3}
 BLOCK_M = 16  # rows per block; tl.dot needs >= 16
 
 
@@ -53,7 +53,7 @@ def grouped_gemm_kernel(
 ):
     """C[p, n] = act(A[row(p)] @ W[e(p)])[n] for one (BLOCK_M, BLOCK_N) tile; row(p) is rows[p]
     (GATHER: a token of x) or p (A already in padded layout). ACT: -1 none, 0 relu, 1 gelu,
-    2 swiglu (W holds [gate | up], 2N columns). Padding rows (rows[p] < 0) read zeros.
+    2 swiglu, 3 gpt-oss's clamped swiglu (both: W holds [gate | up], 2N columns). Padding rows (rows[p] < 0) read zeros.
     PRECISION: "ieee" for fp32 operands (no silent TF32), else "tf32" (the default, unused)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -81,7 +81,7 @@ def grouped_gemm_kernel(
         acc += tl.dot(
             a, tl.load(w_base + w_off, mask=w_mask, other=0.0), input_precision=PRECISION
         )
-        if ACT == 2:
+        if ACT >= 2:
             acc_up += tl.dot(
                 a,
                 tl.load(w_base + w_off + N * stride_wn, mask=w_mask, other=0.0),
@@ -93,6 +93,9 @@ def grouped_gemm_kernel(
         acc = _gelu_tanh(acc)
     elif ACT == 2:
         acc = acc / (1 + tl.exp(-acc)) * acc_up
+    elif ACT == 3:  # experts.swiglu_clamped: limit 7, alpha 1.702
+        acc = tl.minimum(acc, 7.0)
+        acc = (tl.minimum(tl.maximum(acc_up, -7.0), 7.0) + 1) * acc / (1 + tl.exp(-1.702 * acc))
     c = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-ACTIVATIONS = ("relu", "gelu", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "swiglu", "swiglu_clamped")
+GATED = ("swiglu", "swiglu_clamped")  # w_in is 2F wide, laid out [gate | up]
 
 
 def _check_positive(**sizes: int) -> None:
@@ -27,8 +28,36 @@ def _init(*shape: int, fan_in: int) -> nn.Parameter:
     return nn.Parameter(torch.randn(*shape) / math.sqrt(fan_in))
 
 
+def in_width(ffn: int, activation: str) -> int:
+    """Columns of w_in: 2F for the gated activations, F otherwise."""
+    return 2 * ffn if activation in GATED else ffn
+
+
+def swiglu_clamped_reference(h: Tensor, *, limit: float = 7.0, alpha: float = 1.702) -> Tensor:
+    """fp64 twin of swiglu_clamped, element by element as GptOssExperts writes it."""
+    f = h.shape[-1] // 2
+    rows = []
+    for row in h.double().tolist():
+        out = []
+        for g, u in zip(row[:f], row[f:]):
+            g, u = min(g, limit), min(max(u, -limit), limit)
+            out.append((u + 1) * g / (1 + math.exp(-alpha * g)))
+        rows.append(out)
+    return torch.tensor(rows, dtype=torch.float64).view(h.shape[0], f)
+
+
+def swiglu_clamped(h: Tensor, *, limit: float = 7.0, alpha: float = 1.702) -> Tensor:
+    """gpt-oss's expert activation of h (n, 2F) laid out [gate | up] (gpt-oss stores the two
+    interleaved, a weight layout): gate clamped above at `limit`, up to [-limit, limit], then
+    (up + 1) * gate * sigmoid(alpha * gate). Returns (n, F) in h's dtype."""
+    gate, up = h.chunk(2, dim=-1)
+    gate = gate.clamp(max=limit)
+    return (up.clamp(-limit, limit) + 1) * gate * F.sigmoid(alpha * gate)
+
+
 def activate(h: Tensor, activation: str, *, inplace: bool = False) -> Tensor:
-    """relu/gelu of h (n, F); swiglu of h (n, 2F) laid out [gate | up] -> silu(gate) * up.
+    """relu/gelu of h (n, F); of h (n, 2F) laid out [gate | up]: swiglu -> silu(gate) * up,
+    swiglu_clamped -> gpt-oss's clamped SwiGLU (swiglu_clamped).
 
     inplace: relu overwrites h (saves a pass over an (n, F) buffer the caller no longer needs).
     """
@@ -36,12 +65,14 @@ def activate(h: Tensor, activation: str, *, inplace: bool = False) -> Tensor:
         return h.relu_() if inplace else torch.relu(h)
     if activation == "gelu":
         return F.gelu(h, approximate="tanh")
+    if activation == "swiglu_clamped":
+        return swiglu_clamped(h)
     gate, up = h.chunk(2, dim=-1)
     return F.silu(gate) * up
 
 
 class FeedForwardExperts(nn.Module):
-    """E two-layer FFNs stored stacked: w_in (E, D, F) or (E, D, 2F) for SwiGLU, w_out (E, F, D).
+    """E two-layer FFNs stored stacked: w_in (E, D, F) or (E, D, 2F) gated, w_out (E, F, D).
 
     Row-major (E, D, F) is the layout `torch._grouped_mm` runs fastest on CPU (the transposed,
     nn.Linear-style layout measured ~1.5x slower there).
@@ -58,17 +89,15 @@ class FeedForwardExperts(nn.Module):
             ffn,
             activation,
         )
-        width = 2 * ffn if activation == "swiglu" else ffn
-        self.w_in = _init(num_experts, hidden, width, fan_in=hidden)
+        self.w_in = _init(num_experts, hidden, in_width(ffn, activation), fan_in=hidden)
         self.w_out = _init(num_experts, ffn, hidden, fan_in=ffn)
 
     def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
         return activate(x[token_idx] @ self.w_in[e], self.activation) @ self.w_out[e]
 
     def flops_per_row(self) -> int:
-        """Multiply-add FLOPs of one routed row: 2*D*F (x2 for the SwiGLU gate) + 2*F*D."""
-        width = 2 * self.ffn if self.activation == "swiglu" else self.ffn
-        return 2 * self.hidden * width + 2 * self.ffn * self.hidden
+        """Multiply-add FLOPs of one routed row: 2*D*F (x2 for a gated w_in) + 2*F*D."""
+        return 2 * self.hidden * in_width(self.ffn, self.activation) + 2 * self.ffn * self.hidden
 
 
 class SharedExpert(nn.Module):

@@ -11,11 +11,9 @@ routing_reference.py.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from kernel_lib.config import parse_choice
@@ -41,7 +39,7 @@ class MoEPreset:
     top_groups: int = 1  # groups a token may pick from (topk_group)
     selection_bias: bool = False  # e_score_correction_bias: shifts the choice, not the weights
     router_bias: bool = False  # the gate projection has a bias term (gpt-oss)
-    activation: str = "swiglu"  # "swiglu", or "swiglu_clamped" (gpt-oss, see swiglu_clamped)
+    activation: str = "swiglu"  # "swiglu", or "swiglu_clamped" (gpt-oss: experts.swiglu_clamped)
     size_factor: float = 1.0  # D and F relative to the published model (see `scaled`)
 
     def scaled(self, factor: float) -> MoEPreset:
@@ -105,25 +103,3 @@ def router_logits(x: Tensor, gate: Tensor, gate_bias: Tensor | None = None) -> T
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     logits = x.to(dtype) @ gate.to(dtype)
     return logits if gate_bias is None else logits + gate_bias.to(dtype)
-
-
-def swiglu_clamped_reference(h: Tensor, *, limit: float = 7.0, alpha: float = 1.702) -> Tensor:
-    """fp64 twin of swiglu_clamped, element by element as GptOssExperts writes it."""
-    f = h.shape[-1] // 2
-    rows = []
-    for row in h.double().tolist():
-        out = []
-        for g, u in zip(row[:f], row[f:]):
-            g, u = min(g, limit), min(max(u, -limit), limit)
-            out.append((u + 1) * g / (1 + math.exp(-alpha * g)))
-        rows.append(out)
-    return torch.tensor(rows, dtype=torch.float64).view(h.shape[0], f)
-
-
-def swiglu_clamped(h: Tensor, *, limit: float = 7.0, alpha: float = 1.702) -> Tensor:
-    """gpt-oss's expert activation of h (n, 2F) laid out [gate | up] (gpt-oss stores the two
-    interleaved, a weight layout): gate clamped above at `limit`, up to [-limit, limit], then
-    (up + 1) * gate * sigmoid(alpha * gate). Returns (n, F) in h's dtype."""
-    gate, up = h.chunk(2, dim=-1)
-    gate = gate.clamp(max=limit)
-    return (up.clamp(-limit, limit) + 1) * gate * F.sigmoid(alpha * gate)

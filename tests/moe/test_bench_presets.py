@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from kernel_lib.moe import dispatch
-from kernel_lib.moe.bench_presets import preset_case, section_presets, timed_activation
+from kernel_lib.moe import experts
+from kernel_lib.moe.bench_presets import preset_case, section_presets
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.presets import preset
 from kernel_lib.platform import DeviceFacts
@@ -34,10 +35,44 @@ def test_one_checked_compare_and_headline_per_preset(records):
         assert all(isinstance(v, (int, float, type(None))) for v in shape.values()), shape
 
 
-def test_shape_names_the_activation_really_timed(records):
+def test_gpt_oss_experts_run_its_clamped_swiglu(records):
     oss = next(r for r in records if r.case == "preset_gpt-oss-20b")
-    assert oss.metrics["activation"] == "swiglu" == timed_activation(preset("gpt-oss-20b"))
+    assert oss.metrics["activation"] == "swiglu_clamped"
     assert oss.shape["groups"] == 1 and oss.shape["shared_experts"] == 0
+
+
+def test_clamped_swiglu_at_the_timed_shape_against_its_twin(cpu_facts):
+    cfg = MoEBenchConfig()  # the CPU notebook's preset shape
+    model = preset("gpt-oss-20b").scaled(cfg.preset_scale)
+    case = preset_case(dataclasses.replace(cfg, dtype="float32"), cpu_facts, model)
+    ex, routing = case.experts, case.routing
+    assert ex.activation == "swiglu_clamped" and routing.num_tokens == cfg.preset_tokens
+    rows = case.x[routing.token_idx].double()
+    h = torch.einsum("ad,adf->af", rows, ex.w_in.double()[routing.expert_idx])
+    assert (h > 7).double().mean() > 0.03  # the clamp is reached
+    torch.testing.assert_close(
+        experts.activate(h, ex.activation), experts.swiglu_clamped_reference(h)
+    )
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        lambda h: experts.activate(h, "swiglu"),  # plain SwiGLU
+        lambda h: experts.swiglu_clamped(h, limit=float("inf")),  # gpt-oss's, unclamped
+    ],
+)
+def test_teeth_an_unclamped_swiglu_fails_the_gpt_oss_check(broken, monkeypatch, cpu_facts):
+    real = dispatch.activate
+
+    def activate(h, activation, **kw):
+        return broken(h) if activation == "swiglu_clamped" else real(h, activation, **kw)
+
+    monkeypatch.setattr(dispatch, "activate", activate)
+    cfg = dataclasses.replace(CFG, presets=("gpt-oss-20b",))
+    recs = {r.implementation: r for r in section_presets(cfg, cpu_facts)}
+    assert recs["dispatch_sorted_grouped"].status == "wrong"
+    assert recs["dispatch_loop"].status == "ok"
 
 
 def test_preset_case_routes_within_the_group_limit(cpu_facts):

@@ -11,12 +11,12 @@ from kernel_lib.moe.dispatch import (
     dispatch_sorted_grouped,
     dispatch_sorted_segments,
 )  # fmt: skip
+from kernel_lib.moe.experts import ACTIVATIONS
 from tests.moe.conftest import as_fp64, make_experts, random_routing
 
 DIFFERENTIABLE = [dispatch_sorted_grouped, dispatch_sorted_segments, dispatch_padded]
 FAST = [*DIFFERENTIABLE, dispatch_packed_segments]
 ANY_SHAPE = [dispatch_loop, dispatch_sorted_segments, dispatch_packed_segments, dispatch_padded]
-ACTIVATIONS = ["relu", "gelu", "swiglu"]
 
 
 def _check(fn, x, routing, experts, *, rtol=2e-5):
@@ -26,6 +26,14 @@ def _check(fn, x, routing, experts, *, rtol=2e-5):
     err = (out.double() - ref).abs().max().item() if ref.numel() else 0.0
     scale = ref.abs().max().item() if ref.numel() else 1.0
     assert err <= rtol * max(scale, 1.0), f"{fn.__name__}: max err {err:.3g} (scale {scale:.3g})"
+
+
+@pytest.mark.parametrize("fn", FAST)
+def test_clamped_swiglu_past_its_limit(fn):
+    ex = make_experts(4, 16, 24, activation="swiglu_clamped")
+    x = 6 * torch.randn(40, 16)  # pre-activations ~N(0, 36): many past the limit 7
+    assert ((x @ ex.w_in[0]).abs() > 7).float().mean() > 0.1
+    _check(fn, x, random_routing(40, 4, 2), ex)
 
 
 @settings(max_examples=15, deadline=None)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -19,6 +21,16 @@ def test_activations_hand_values():
         activate(h, "gelu"), torch.nn.functional.gelu(h, approximate="tanh")
     )
     torch.testing.assert_close(activate(h, "swiglu"), torch.nn.functional.silu(h[:, :1]) * 2.0)
+    clamped = torch.tensor([[9.0, -9.0]])  # gate clamped to 7, up to -7
+    assert activate(clamped, "swiglu_clamped").item() == pytest.approx(
+        -6 * 7 / (1 + math.exp(-1.702 * 7))
+    )
+
+
+def test_gated_experts_are_2f_wide_in_weights_and_flops():
+    for act in ("swiglu", "swiglu_clamped"):
+        ex = FeedForwardExperts(3, 4, 6, activation=act)
+        assert ex.w_in.shape == (3, 4, 12) and ex.flops_per_row() == 2 * 4 * 12 + 2 * 6 * 4
 
 
 def test_ffn_expert_is_two_matmuls():

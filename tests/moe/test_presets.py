@@ -4,13 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernel_lib.moe.presets import (
-    PRESETS,
-    preset,
-    router_logits,
-    swiglu_clamped,
-    swiglu_clamped_reference,
-)  # fmt: skip
+from kernel_lib.moe.experts import swiglu_clamped, swiglu_clamped_reference
+from kernel_lib.moe.presets import PRESETS, preset, router_logits
 
 
 def test_the_published_routing_structure():
