@@ -3,7 +3,8 @@
 Legend: B batch, H heads, S sequence length, D head dim; q_idx and kv_idx are token positions.
 Numbers a pattern depends on (window, prefix length, document ids) are captured as tensors, so a
 new value gives a new block mask but not a new compiled kernel (the FlexAttention blog's advice).
-attention-gym `attn_gym/masks/` has causal, sliding window, prefix-LM, document and global+local.
+attention-gym `attn_gym/masks/` has causal, sliding window, prefix-LM, document, global+local and
+Sparse VideoGen's spatial / temporal heads (svg.py).
 """
 
 from __future__ import annotations
@@ -146,6 +147,41 @@ def block_diffusion(half: Tensor, block_len: Tensor) -> MaskMod:
         return own_noised_block | earlier_clean
 
     return block_diffusion_mask
+
+
+def spatial_head(prompt_len: Tensor, width: Tensor) -> MaskMod:
+    """Sparse VideoGen's spatial head (arXiv 2502.01776): prompt rows and columns attend
+    everywhere; a video token sees the tokens within `width` positions, i.e. its own and
+    neighbouring frames when width spans whole frames."""
+
+    def spatial_head_mask(b, h, q_idx, kv_idx):
+        prompt = (q_idx < prompt_len) | (kv_idx < prompt_len)
+        return prompt | ((q_idx - kv_idx).abs() < width)
+
+    return spatial_head_mask
+
+
+def temporal_head(prompt_len: Tensor, tokens_per_frame: Tensor, width: Tensor) -> MaskMod:
+    """Sparse VideoGen's temporal head: prompt rows and columns attend everywhere; a video token
+    sees, in every frame, the tokens whose place in the frame is within `width` of its own."""
+
+    def temporal_head_mask(b, h, q_idx, kv_idx):
+        prompt = (q_idx < prompt_len) | (kv_idx < prompt_len)
+        q_place = (q_idx - prompt_len) % tokens_per_frame
+        kv_place = (kv_idx - prompt_len) % tokens_per_frame
+        return prompt | ((q_place - kv_place).abs() < width)
+
+    return temporal_head_mask
+
+
+def per_head(chosen: Tensor, if_false: MaskMod, if_true: MaskMod) -> MaskMod:
+    """Head h follows `if_true` where chosen[h], else `if_false`; chosen: (H,) bool. A block mask
+    of this mod must be built per head (create_block_mask with H heads, not broadcast)."""
+
+    def per_head_mask(b, h, q_idx, kv_idx):
+        return torch.where(chosen[h], if_true(b, h, q_idx, kv_idx), if_false(b, h, q_idx, kv_idx))
+
+    return per_head_mask
 
 
 def all_of(*masks: MaskMod) -> MaskMod:

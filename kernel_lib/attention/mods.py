@@ -1,7 +1,7 @@
 """Score patterns as FlexAttention `score_mod`s: (score, b, h, q_idx, kv_idx) -> new score.
 
 Legend: B batch, H heads, S sequence length, D head dim. `score` is q.k * scale before softmax.
-attention-gym `attn_gym/mods/` has ALiBi and soft-capping; the relative-position bias here is a
+attention-gym `attn_gym/mods/` has ALiBi, soft-capping and non-softmax activations; the relative-position bias here is a
 real learned-table lookup (the seed system's was a no-op, see research/seed_system.md 3.3).
 """
 
@@ -47,6 +47,17 @@ def softcap(cap: float) -> ScoreMod:
         return cap * torch.tanh(score / cap)
 
     return softcap_score
+
+
+def activation(fn: Callable[[Tensor], Tensor], offset: float) -> ScoreMod:
+    """Softmax replaced by `fn` through log space: log(fn(score) + offset), so softmax's weights
+    are (fn(s) + offset) / l; activation.py undoes the normalisation with l = exp(lse).
+    fn(s) + offset must stay > 0 (gelu >= -0.17, relu >= 0: offset 1 does)."""
+
+    def activation_score(score, b, h, q_idx, kv_idx):
+        return torch.log(fn(score) + offset)
+
+    return activation_score
 
 
 def combine(*mods: ScoreMod) -> ScoreMod:

@@ -50,11 +50,18 @@ def dense_softcap(config: PatternConfig) -> float | None:
 def dense_block_sparsity(config: PatternConfig, seq_len: int, block_size: int) -> float:
     """Percent of (query block, key block) tiles with no attended pair, from the dense mask:
     what flex's BlockMask should skip."""
-    tiles = math.ceil(seq_len / block_size)
-    padded = torch.zeros(tiles * block_size, tiles * block_size, dtype=torch.bool)
-    padded[:seq_len, :seq_len] = dense_mask(config, seq_len)
-    visited = padded.view(tiles, block_size, tiles, block_size).any(dim=(1, 3))
-    return 100.0 * (1.0 - float(visited.sum()) / tiles**2)
+    return mask_block_sparsity(dense_mask(config, seq_len), block_size)
+
+
+def mask_block_sparsity(mask: Tensor, block_size: int) -> float:
+    """Percent of tiles of a (..., S, S) bool mask (over every leading index, e.g. heads) with
+    no attended pair."""
+    S, lead = mask.shape[-1], mask.shape[:-2]
+    tiles = math.ceil(S / block_size)
+    padded = torch.zeros(*lead, tiles * block_size, tiles * block_size, dtype=torch.bool)
+    padded[..., :S, :S] = mask
+    visited = padded.view(*lead, tiles, block_size, tiles, block_size).any(dim=(-3, -1))
+    return 100.0 * (1.0 - float(visited.sum()) / visited.numel())
 
 
 def attention_reference(
@@ -160,3 +167,62 @@ def gqa_reference(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None
     group = q.shape[1] // k.shape[1]
     k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
     return attention_reference(q, k, v, mask=mask)
+
+
+def rope_reference(x: Tensor) -> Tensor:
+    """fp64 rotary embedding of x (..., S, R) at positions 0..S-1: adjacent pairs as complex
+    numbers times exp(i pos 10000^(-2j / R)) (DeepSeek's form)."""
+    S, R = x.shape[-2], x.shape[-1]
+    freqs = 10000.0 ** (-torch.arange(0, R, 2, dtype=torch.float64) / R)
+    angles = torch.outer(torch.arange(S, dtype=torch.float64), freqs)
+    turns = torch.polar(torch.ones_like(angles), angles).to(x.device)
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], R // 2, 2).contiguous())
+    return torch.view_as_real(pairs * turns).flatten(-2)
+
+
+def _causal_rows(seq_len: int, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(query rows, their (R, S) causal mask): every row when rows is None."""
+    rows = torch.arange(seq_len) if rows is None else rows.cpu()
+    return rows, torch.arange(seq_len)[None, :] <= rows[:, None]
+
+
+def mla_reference(inputs, *, rows: Tensor | None = None) -> Tensor:
+    """fp64 causal MLA (mla.py's legend) of MLAInputs: per-head q, k, v built in fp64 from the
+    same weights, then dense attention; (B, H, S, Dv), or (B, H, R, Dv) for query `rows`."""
+    q, latent, k_rope, w_uk, w_uv = (t.double() for t in inputs)
+    nope, H, S = w_uk.shape[-1], q.shape[1], q.shape[-2]
+    rows, mask = _causal_rows(S, rows)
+    q = torch.cat((q[..., :nope], rope_reference(q[..., nope:])), dim=-1)
+    q = q[..., rows.to(q.device), :]
+    k_nope = torch.einsum("bsc,chd->bhsd", latent, w_uk)
+    k = torch.cat((k_nope, rope_reference(k_rope)[:, None].expand(-1, H, -1, -1)), dim=-1)
+    v = torch.einsum("bsc,chd->bhsd", latent, w_uv)
+    return attention_reference(q, k, v, mask=mask)  # scale 1/sqrt(Dn + R): q's width
+
+
+def temporal_heads_mask(layout, num_heads: int) -> Tensor:
+    """(H, S, S) bool reference of temporal_heads.VideoLayout's per-head mask: spatial heads
+    (even h) a band of width * T tokens, temporal heads (odd h) every frame pair's band of
+    places (a Kronecker product); prompt rows and columns all True."""
+    P, F, T, S = layout.prompt_len, layout.frames, layout.tokens_per_frame, layout.seq_len
+    spatial = torch.ones(S, S, dtype=torch.bool).tril(layout.spatial_width - 1)
+    spatial &= spatial.T.clone()
+    places = torch.ones(T, T, dtype=torch.bool).tril(layout.temporal_width - 1)
+    temporal = torch.zeros(S, S, dtype=torch.bool)
+    temporal[P:, P:] = torch.kron(torch.ones(F, F), (places & places.T).float()).bool()
+    heads = torch.stack([temporal if h % 2 else spatial for h in range(num_heads)])
+    heads[:, :P, :] = True
+    heads[:, :, :P] = True
+    return heads
+
+
+def activation_reference(
+    q: Tensor, k: Tensor, v: Tensor, *, activation, rows: Tensor | None = None
+) -> Tensor:
+    """fp64 causal activation attention: activation(q k^T / sqrt(D)) on the causal pairs (0
+    elsewhere) times v; activation: a pointwise function (activation.ACTIVATIONS). (B, H, S, D),
+    or (B, H, R, D) for query `rows`."""
+    rows, mask = _causal_rows(q.shape[-2], rows)
+    q, k, v = (t.double() for t in (q[..., rows.to(q.device), :], k, v))
+    weights = activation(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    return (weights * mask.to(q.device)) @ v
