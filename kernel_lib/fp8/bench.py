@@ -16,6 +16,7 @@ from tqdm import tqdm
 from kernel_lib import records as rec
 from kernel_lib.checks import Check, against, exact
 from kernel_lib.fp8 import bench_blocks
+from kernel_lib.fp8.bench_blocks import declare
 from kernel_lib.fp8.checks import TOLERANCES, out_tolerance
 from kernel_lib.fp8.comparators import comparator_candidates
 from kernel_lib.fp8.config import Fp8BenchConfig
@@ -182,27 +183,13 @@ def quantize_bandwidth(
         ]
     if headline is None:
         return records
-    return _declare(
+    return declare(
         records,
         headline,
         {"MiB": max(config.quant_mib)},
         "FP8 quantise (fastest variant here) vs fp32 copy of its input: time ratio "
         "(GB/s as a fraction of the copy's: fraction_of_peak)",
     )
-
-
-def _declare(
-    records: list[rec.Record], implementation: str, shape: dict, label: str
-) -> list[rec.Record]:
-    """`records` with the one whose implementation is `implementation` at `shape` (a subset of
-    its shape) declared a headline."""
-
-    def match(r):
-        return r.implementation == implementation and all(
-            r.shape.get(k) == v for k, v in shape.items()
-        )
-
-    return [rec.as_headline(r, label) if match(r) else r for r in records]
 
 
 def _emulated_reason(facts: DeviceFacts) -> str | None:
@@ -345,7 +332,7 @@ def linear_speed(
         )
     headline = f"fp8_linear_{config.recipes[0]}"
     n = max(config.gemm_sizes)
-    return _declare(records, headline, {"N": n}, f"FP8 linear ({headline}) vs bf16 linear, n={n}")
+    return declare(records, headline, {"N": n}, f"FP8 linear ({headline}) vs bf16 linear, n={n}")
 
 
 def skipped_section(facts: DeviceFacts, case: str, reason: str) -> list[rec.Record]:

@@ -1,6 +1,8 @@
 """Records of the block-scaled and grouped FP8 sections: per-recipe quantisation error, the
 block-scaled GEMM and grouped GEMM checks (each row a record carrying its check), and their
-speed against bf16 where FP8 matrix units run them. Called by `bench.suite` and the notebook."""
+speed against bf16 where FP8 matrix units run them. Called by `bench.suite` and the notebook.
+The speed sections declare their headline (FP8 vs bf16); the error and check tables carry no
+subject-vs-baseline figure, so they declare none."""
 
 from __future__ import annotations
 
@@ -143,6 +145,20 @@ def check_records(
     return out
 
 
+def declare(
+    records: list[rec.Record], implementation: str, shape: dict, label: str
+) -> list[rec.Record]:
+    """`records` with the one whose implementation is `implementation` at `shape` (a subset of
+    its shape) declared a headline."""
+
+    def match(r):
+        return r.implementation == implementation and all(
+            r.shape.get(k) == v for k, v in shape.items()
+        )
+
+    return [rec.as_headline(r, label) if match(r) else r for r in records]
+
+
 def _emulated(facts: DeviceFacts) -> str | None:
     """Why FP8 twins are not timed here: None only where FP8 matrix units run `_scaled_mm`."""
     support = fp8_matmul_support(facts.device)
@@ -168,7 +184,9 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     """Forward of an n x n x n linear per n of block_sizes in one interleaved `compare`: bf16
     `F.linear` (baseline) and per block recipe `block_linear_<recipe>` (both operands quantised
     per call, one block-scaled `_scaled_mm`; skipped where the device refuses the layout) and
-    `split_k_scaled_mm_<recipe>` on pre-quantised operands (timed only on FP8 matrix units)."""
+    `split_k_scaled_mm_<recipe>` on pre-quantised operands (timed only on FP8 matrix units).
+    Headline: block_linear of the first recipe against bf16 at the largest n (on a device that
+    refuses the layout, its record says why)."""
     fmt, emulated, records = config.linear_format, _emulated(facts), []
     for n in config.block_sizes:
         gen = torch.Generator().manual_seed(config.seed)
@@ -223,7 +241,10 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
         records += compare(
             case, candidates, facts=facts, baseline="bf16_linear", min_time_s=config.min_time_s
         )
-    return records
+    headline, n = f"block_linear_{config.block_recipes[0]}", max(config.block_sizes)
+    return declare(
+        records, headline, {"N": n}, f"block-scaled FP8 linear ({headline}) vs bf16 linear, n={n}"
+    )
 
 
 def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
@@ -231,7 +252,8 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     expert) in one interleaved `compare`: bf16 `torch._grouped_mm` (baseline, against the fp64
     loop over experts), `scaled_grouped_mm` (rowwise FP8, one `_scaled_grouped_mm`; skipped
     where the device has no kernel) and `looped_scaled_mm` (timed only on FP8 matrix units);
-    FP8 operands quantised beforehand (the GEMM alone)."""
+    FP8 operands quantised beforehand (the GEMM alone). Headline: scaled_grouped_mm against bf16
+    (skipped with the reason where the device has no kernel)."""
     fmt, counts = config.linear_format, grouped_counts(config)
     t, k, f, e = (
         config.grouped_tokens,
@@ -279,9 +301,11 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
                 check=fp8_check,
             )
         )
-    return compare(
+    records = compare(
         case, candidates, facts=facts, baseline="bf16_grouped_mm", min_time_s=config.min_time_s
     )
+    label = f"FP8 grouped GEMM (scaled_grouped_mm) vs bf16 torch._grouped_mm, {e} experts"
+    return declare(records, "scaled_grouped_mm", {}, label)
 
 
 def suite(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:

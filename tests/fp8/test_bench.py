@@ -10,6 +10,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from kernel_lib import records as rec  # noqa: E402
+from kernel_lib import report  # noqa: E402
 from kernel_lib.fp8 import bench, bench_blocks, linear, plots  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
@@ -39,8 +41,13 @@ CONFIG = Fp8BenchConfig.from_params(TINY)
 
 
 @pytest.fixture(scope="module")
-def frame():
-    return to_frame(bench.suite(TINY))
+def records():
+    return bench.suite(TINY)
+
+
+@pytest.fixture(scope="module")
+def frame(records):
+    return to_frame(records)
 
 
 def _status(records, implementation):
@@ -86,12 +93,36 @@ def test_cpu_never_times_fp8_gemms(frame):
     ).all()
 
 
-def test_headlines_declared(frame):
+SKIPPED_HEADLINES = (
+    "fp8_linear_tensorwise_dynamic",
+    "block_linear_blockwise",
+    "scaled_grouped_mm",
+)
+
+
+def test_headlines_declared(frame, records):
     heads = frame[frame["headline"].notna()].set_index("implementation")
-    quantiser = next(i for i in heads.index if i != "fp8_linear_tensorwise_dynamic")
-    assert len(heads) == 2 and quantiser.endswith("compiled_quantize_tensorwise")  # measured
-    assert heads.loc["fp8_linear_tensorwise_dynamic", "status"] == "skipped"  # says why, on CPU
+    quantiser = next(i for i in heads.index if i not in SKIPPED_HEADLINES)
+    assert len(heads) == 4 and quantiser.endswith("compiled_quantize_tensorwise")  # measured
     assert heads.loc[quantiser, "fraction_of_peak"] > 0
+    for name in SKIPPED_HEADLINES:  # FP8 GEMMs: never timed on CPU, the headline says why
+        assert heads.loc[name, "status"] == "skipped" and heads.loc[name, "reason"]
+    assert heads.loc["block_linear_blockwise", "shape.N"] == max(CONFIG.block_sizes)
+    lines = report.headlines(rec.to_frame_with_verdict(records))
+    assert sum(": skipped: " in line for line in lines) == 3
+
+
+def test_declare_marks_only_the_subject_at_the_shape():
+    facts = device_facts()
+    records = [
+        rec.skipped("fp8", "block_linear", name, "why", facts=facts, shape={"N": n})
+        for name in ("bf16_linear", "block_linear_blockwise")
+        for n in (128, 256)
+    ]
+    got = bench_blocks.declare(records, "block_linear_blockwise", {"N": 256}, "label")
+    assert [(r.implementation, r.shape["N"]) for r in got if r.headline == "label"] == [
+        ("block_linear_blockwise", 256)
+    ]
 
 
 def test_comparators_skip_when_not_installed(frame):
