@@ -34,7 +34,6 @@ from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.presets import MoEPreset, preset, router_logits
 from kernel_lib.platform import DeviceFacts
 
-
 # gpt-oss's w_in is scaled by this in its case: pre-activations ~N(0, 16), about 8% of them past
 # the clamp's limit 7 (N(0, 1) ones never reach it, and the check could not see the clamp).
 CLAMP_REACH = 4.0

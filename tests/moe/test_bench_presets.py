@@ -3,8 +3,7 @@ import dataclasses
 import pytest
 import torch
 
-from kernel_lib.moe import dispatch
-from kernel_lib.moe import experts
+from kernel_lib.moe import dispatch, experts
 from kernel_lib.moe.bench_presets import preset_case, section_presets
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.presets import preset
