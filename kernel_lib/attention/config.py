@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_lib.attention.activation import ACTIVATIONS
 from kernel_lib.attention.flex import FlexVariant, valid_block_size
 from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS, PatternConfig
 from kernel_lib.attention.reference import CHUNK_BYTES, FULL_CHECK_MAX_SEQ_LEN
@@ -26,6 +27,8 @@ from kernel_lib.measure import MIN_ROUNDS
 # Input dtypes flex_attention computes in (fp64 is the reference's).
 DTYPES = ("float32", "bfloat16", "float16")
 PREFIX = "attn_"  # of the notebook parameters, named in every error
+# attention-gym families with their own flex call (not registry patterns): bench_gym.py
+GYM_KERNELS = ("mla", "temporal_heads", "activation")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,36 @@ class AttentionConfig:
     )
     page_size: int = param(
         128, "paged KV: tokens per page (and flex's key tile); a power of two >= 16"
+    )
+    gym_kernels: tuple[str, ...] = param(
+        GYM_KERNELS,
+        "attention-gym families outside the pattern registry, checked and timed in their own "
+        "section (flex compiles: mla 2, temporal_heads 1, activation 1 per activation); a list "
+        f"among {', '.join(GYM_KERNELS)}",
+    )
+    mla_kv_lora_rank: int = param(
+        128, "MLA: C, the latent width the KV cache holds (DeepSeek-V3: 512); an int > 0"
+    )
+    mla_nope_dim: int = param(
+        64, "MLA: per-head q/k dims without RoPE (DeepSeek-V3: 128); an int > 0"
+    )
+    mla_rope_dim: int = param(
+        32,
+        "MLA: q/k dims with RoPE, the key part shared by all heads (DeepSeek-V3: 64); even, > 0",
+    )
+    mla_v_dim: int = param(64, "MLA: value head dim (DeepSeek-V3: 128); an int > 0")
+    temporal_frames: int = param(
+        8,
+        f"temporal heads: video frames after a prompt of {PREFIX}prefix_len tokens; "
+        f"0 < frames <= {PREFIX}seq_len - {PREFIX}prefix_len",
+    )
+    temporal_width: int = param(
+        2, "temporal heads: window width in frames (Sparse VideoGen's width); an int > 0"
+    )
+    activations: tuple[str, ...] = param(
+        tuple(ACTIVATIONS),
+        f"activation attention (softmax replaced): activations timed; a list among "
+        f"{', '.join(ACTIVATIONS)}",
     )
     reps: int = param(
         10, f"interleaved timing rounds per case (after one warm-up); an int >= {MIN_ROUNDS}"
@@ -200,6 +233,28 @@ class AttentionConfig:
             p + "page_size",
             self.page_size,
             "a power of two >= 16",
+        )
+        object.__setattr__(self, "gym_kernels", tuple(self.gym_kernels))
+        object.__setattr__(self, "activations", tuple(self.activations))
+        for name in self.gym_kernels:
+            parse_choice(name, GYM_KERNELS, param=p + "gym_kernels")
+        for name in self.activations:
+            parse_choice(name, ACTIVATIONS, param=p + "activations")
+        for name in (
+            "mla_kv_lora_rank",
+            "mla_nope_dim",
+            "mla_rope_dim",
+            "mla_v_dim",
+            "temporal_frames",
+            "temporal_width",
+        ):
+            positive(getattr(self, name), p + name)
+        require(self.mla_rope_dim % 2 == 0, p + "mla_rope_dim", self.mla_rope_dim, "even")
+        require(
+            self.temporal_frames <= self.seq_len - self.prefix_len,
+            p + "temporal_frames",
+            self.temporal_frames,
+            f"<= {p}seq_len - {p}prefix_len = {self.seq_len - self.prefix_len}",
         )
         for name in ("upcast", "cold_compile"):
             value = getattr(self, name)

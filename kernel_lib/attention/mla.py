@@ -115,7 +115,8 @@ def expand(inputs: MLAInputs) -> tuple[Tensor, Tensor, Tensor]:
     q = torch.cat((q[..., :nope], rope(q[..., nope:])), dim=-1)
     k_nope = torch.einsum("bsc,chd->bhsd", latent, w_uk)
     k_pe = rope(k_rope)[:, None].expand(-1, H, -1, -1)
-    return q, torch.cat((k_nope, k_pe), dim=-1), torch.einsum("bsc,chd->bhsd", latent, w_uv)
+    v = torch.einsum("bsc,chd->bhsd", latent, w_uv).contiguous()  # einsum leaves (B, S, H, Dv)
+    return q, torch.cat((k_nope, k_pe), dim=-1), v
 
 
 @functools.lru_cache(maxsize=8)

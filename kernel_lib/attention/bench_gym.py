@@ -1,0 +1,237 @@
+"""Benchmarks of attention-gym's families that have their own flex call: multi-head latent
+attention (mla.py), Sparse VideoGen's spatial/temporal heads (temporal_heads.py) and attention
+with an activation instead of softmax (activation.py). Each candidate is checked against its fp64
+reference at the timed shape (all query rows up to reference.FULL_CHECK_MAX_SEQ_LEN, a fixed
+sample above), then timed interleaved (`measure.compare`); returns records only.
+
+Legend: B batch, H heads, S sequence length, D head dim; MLA's letters in mla.py. Ratios are over
+the fastest SDPA backend that runs the case, or over the naive materialised attention where
+SDPA cannot express it (activation attention).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import pandas as pd
+
+from kernel_lib import records as rec
+from kernel_lib.attention import activation, bench, mla, temporal_heads
+from kernel_lib.attention.baselines import SDPA_BACKENDS, sdpa_attention
+from kernel_lib.attention.checks import tolerance
+from kernel_lib.attention.config import GYM_KERNELS, AttentionConfig
+from kernel_lib.attention.reference import (
+    activation_reference,
+    attention_reference,
+    mask_block_sparsity,
+    mla_reference,
+    output_rows,
+    reference_rows,
+    temporal_heads_mask,
+)
+from kernel_lib.attention.shapes import attention_flops, make_qkv
+from kernel_lib.checks import Unsupported, against
+from kernel_lib.measure import Candidate, Case, compare, with_baseline
+from kernel_lib.platform import DeviceFacts
+
+FLEX_MLA = "flex_mla"
+FLEX_MLA_ABSORBED = "flex_mla_absorbed"
+FLEX_TEMPORAL_HEADS = "flex_temporal_heads"
+FLEX_ACTIVATION = "flex_activation"
+NAIVE_ACTIVATION = "activation_naive"
+
+
+def _rows_check(reference, rows, *, name: str, dtype: str):
+    """Check of a (B, H, S, ·) output against reference() computed on query `rows` only."""
+    where = "all rows" if rows is None else f"{len(rows)} sampled rows"
+    compare_rows = against(
+        reference, reference=f"fp64 dense {name} ({where})", tolerance=tolerance("forward", dtype)
+    )
+    return lambda out: compare_rows(output_rows(out, rows))
+
+
+def _unsupported(reason: str):
+    raise Unsupported(reason)
+
+
+def _section(records: list[rec.Record], section: str, **metrics) -> list[rec.Record]:
+    return [
+        dataclasses.replace(r, metrics={**r.metrics, "section": section, **metrics})
+        for r in records
+    ]
+
+
+def mla_shape(cfg: AttentionConfig) -> mla.MLAShape:
+    """The MLA problem of the pattern sections' B, H, S and dtype with the attn_mla_* dims."""
+    return mla.MLAShape(
+        cfg.batch,
+        cfg.heads,
+        cfg.seq_len,
+        cfg.mla_kv_lora_rank,
+        cfg.mla_nope_dim,
+        cfg.mla_rope_dim,
+        cfg.mla_v_dim,
+        cfg.dtype,
+    )
+
+
+def _sdpa_mla(inputs: mla.MLAInputs, *, backend: str):
+    return sdpa_attention(*mla.expand(inputs), backend=backend, sdpa_kwargs={"is_causal": True})
+
+
+def time_mla(
+    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+) -> list[rec.Record]:
+    """Causal MLA from the latent: expanded and absorbed compiled flex, and every SDPA backend on
+    the expanded q, k, v (is_causal), checked against the fp64 reference; section `mla`."""
+    shape = mla_shape(cfg)
+    inputs = mla.make_inputs(shape, device=facts.device, seed=0)
+    rows = reference_rows(shape.seq_len)
+    check = _rows_check(
+        lambda: mla_reference(inputs, rows=rows), rows, name="MLA", dtype=shape.dtype
+    )
+    work = {"flops": mla.flops(shape)}
+    flex = {"block_size": block_size}
+    candidates = [
+        Candidate(FLEX_MLA, partial(mla.flex_mla, inputs, **flex), check, metrics=flex, **work),
+        Candidate(
+            FLEX_MLA_ABSORBED,
+            partial(mla.flex_mla_absorbed, inputs, **flex),
+            check,
+            metrics=flex,
+            **work,
+        ),
+    ]
+    candidates += [
+        Candidate(b, partial(_sdpa_mla, inputs, backend=b), check, **work) for b in SDPA_BACKENDS
+    ]
+    this = Case(bench.TOPIC, "mla", shape.as_dict(), shape.dtype, bench.FORWARD)
+    out = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
+    return _section(bench._vs_best_sdpa(out), "mla")
+
+
+def video_layout(cfg: AttentionConfig) -> temporal_heads.VideoLayout:
+    """The video of attn_seq_len tokens: a prompt of attn_prefix_len (plus the remainder),
+    attn_temporal_frames frames, windows attn_temporal_width frames wide."""
+    return temporal_heads.VideoLayout.fit(
+        cfg.seq_len,
+        prompt_len=cfg.prefix_len,
+        frames=cfg.temporal_frames,
+        width=cfg.temporal_width,
+    )
+
+
+def temporal_heads_sparsity(cfg: AttentionConfig, *, block_size: int) -> pd.DataFrame:
+    """Percent of (query block, key block) tiles skipped per head kind and over all heads: from
+    the dense reference (`reference_%`) and from flex's per-head BlockMask (`flex_%`)."""
+    layout, H = video_layout(cfg), cfg.heads
+    dense = temporal_heads_mask(layout, H)
+    kinds = {"spatial heads": slice(0, H, 2), "temporal heads": slice(1, H, 2), "all": slice(None)}
+    rows = [
+        {
+            "heads": kind,
+            "reference_%": round(mask_block_sparsity(dense[heads], block_size), 1),
+            "flex_%": round(
+                temporal_heads.block_sparsity(layout, H, block_size=block_size, heads=heads), 1
+            ),
+        }
+        for kind, heads in kinds.items()
+        if len(range(H)[heads])
+    ]
+    return pd.DataFrame(rows).set_index("heads")
+
+
+def time_temporal_heads(
+    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+) -> list[rec.Record]:
+    """Forward of the per-head spatial/temporal mask at the pattern sections' shape: compiled
+    flex (per-head BlockMask), every SDPA backend with the (1, H, S, S) bool mask, and naive;
+    checked against the fp64 reference; section `temporal_heads`."""
+    shape, layout = cfg.shape(), video_layout(cfg)
+    q, k, v = make_qkv(shape, device=facts.device, seed=0)
+    mask = temporal_heads_mask(layout, shape.heads)
+    rows = reference_rows(shape.seq_len)
+    row_mask = mask if rows is None else mask[:, rows]
+    check = _rows_check(
+        lambda: attention_reference(output_rows(q, rows), k, v, mask=row_mask),
+        rows,
+        name="temporal heads",
+        dtype=shape.dtype,
+    )
+    pairs = float(mask.sum()) * shape.batch * shape.head_dim * 4.0  # 2 matmuls, per head's pairs
+    sparsity = temporal_heads.block_sparsity(layout, shape.heads, block_size=block_size)
+    candidates = [
+        Candidate(
+            FLEX_TEMPORAL_HEADS,
+            partial(temporal_heads.flex_temporal_heads, q, k, v, layout, block_size=block_size),
+            check,
+            flops=pairs,
+            metrics={"block_size": block_size, "block_sparsity_%": sparsity},
+        )
+    ]
+    kwargs = {"attn_mask": mask[None].to(q.device)}
+    candidates += [
+        Candidate(
+            b, partial(sdpa_attention, q, k, v, backend=b, sdpa_kwargs=kwargs), check, flops=pairs
+        )
+        for b in SDPA_BACKENDS
+    ]
+    naive = partial(attention_reference, q, k, v, mask=mask.to(q.device), compute_dtype=q.dtype)
+    candidates.append(Candidate(bench.NAIVE, naive, check, flops=pairs))
+    this = Case(
+        bench.TOPIC, "temporal_heads", {**shape.as_dict(), **layout.as_dict()}, shape.dtype,
+        bench.FORWARD,
+    )  # fmt: skip
+    out = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
+    return _section(bench._vs_best_sdpa(out), "temporal_heads")
+
+
+def time_activations(
+    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+) -> list[rec.Record]:
+    """Causal attention with each of cfg.activations instead of softmax: compiled flex (log-space
+    score_mod, lse undone) and the naive materialised form, checked against the fp64 reference;
+    SDPA recorded skipped (it always normalises with softmax). Ratios over naive; section
+    `activation`."""
+    shape = cfg.shape()
+    q, k, v = make_qkv(shape, device=facts.device, seed=0)
+    rows = reference_rows(shape.seq_len)
+    needed, _ = attention_flops(cfg.pattern("causal"), shape)
+    no_sdpa = "SDPA always normalises with softmax: it has no hook for another activation"
+    out = []
+    for name in cfg.activations:
+        fn = activation.activation_function(name)
+        check = _rows_check(
+            lambda fn=fn: activation_reference(q, k, v, activation=fn, rows=rows),
+            rows,
+            name=f"{name} attention",
+            dtype=shape.dtype,
+        )
+        calls = {
+            FLEX_ACTIVATION: partial(
+                activation.flex_activation, q, k, v, activation=name, block_size=block_size
+            ),
+            NAIVE_ACTIVATION: partial(activation.activation_naive, q, k, v, activation=name),
+            **{b: partial(_unsupported, no_sdpa) for b in SDPA_BACKENDS},
+        }
+        candidates = [Candidate(i, call, check, flops=needed) for i, call in calls.items()]
+        this = Case(bench.TOPIC, f"activation_{name}", shape.as_dict(), shape.dtype, bench.FORWARD)
+        records = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
+        ran = any(r.implementation == NAIVE_ACTIVATION and r.status == "ok" for r in records)
+        out += with_baseline(records, NAIVE_ACTIVATION) if ran else records
+    return _section(out, "activation")
+
+
+SECTIONS = {"mla": time_mla, "temporal_heads": time_temporal_heads, "activation": time_activations}
+assert tuple(SECTIONS) == GYM_KERNELS, "a gym kernel without its section"
+
+
+def gym_kernels(
+    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+) -> list[rec.Record]:
+    """The sections of cfg.gym_kernels, in that order."""
+    out = []
+    for name in cfg.gym_kernels:
+        out += SECTIONS[name](cfg, facts=facts, block_size=block_size, progress=progress)
+    return out
