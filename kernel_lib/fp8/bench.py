@@ -79,16 +79,19 @@ def _quantizers(
     facts: DeviceFacts, gran: str, fmt: str, x: torch.Tensor, out: torch.Tensor
 ) -> dict:
     """implementation -> the timed call, or why it cannot run here. compiled_quantize (bit
-    arithmetic), fused_quantize (Triton) and plain_compiled_quantize (`quantize` as plain ops
-    through torch.compile, the comparator) are the variants; `quantize` is eager."""
+    arithmetic), row_fused_quantize (the same, one pass per row: rowwise only), fused_quantize
+    (Triton) and plain_compiled_quantize (`quantize` as plain ops through torch.compile, the
+    comparator) are the variants; `quantize` is eager."""
     from kernel_lib.fp8.quantize_compiled import compiled_quantize
 
-    def compiled(cast: str):
+    def compiled(cast: str, fuse_rows: bool = False):
         if facts.backend == "xla":
             return "torch.compile's Inductor does not target XLA devices"
         if gran not in ("tensorwise", "rowwise"):
             return f"not built for {gran}"
-        return lambda: compiled_quantize(x, fmt=fmt, granularity=gran, out=out, cast=cast)
+        return lambda: compiled_quantize(
+            x, fmt=fmt, granularity=gran, out=out, cast=cast, fuse_rows=fuse_rows
+        )
 
     if facts.backend not in GPU:
         fused = (
@@ -101,15 +104,19 @@ def _quantizers(
         from kernel_lib.fp8.quantize_triton import fused_quantize
 
         fused = lambda: fused_quantize(x, fmt=fmt, granularity=gran)  # noqa: E731
+    row_fused = (
+        {"row_fused_quantize": compiled("bits", fuse_rows=True)} if gran == "rowwise" else {}
+    )
     return {
         "quantize": lambda: quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
         "compiled_quantize": compiled("bits"),
+        **row_fused,
         "fused_quantize": fused,
         "plain_compiled_quantize": compiled("plain"),
     }
 
 
-VARIANTS = ("compiled_quantize", "fused_quantize", "plain_compiled_quantize")
+VARIANTS = ("compiled_quantize", "row_fused_quantize", "fused_quantize", "plain_compiled_quantize")
 
 
 def quantize_bandwidth(

@@ -6,7 +6,11 @@
 - cast="plain": the same computation as `quantize`, written plainly (amax, scale, clamp,
   `.to(fp8)`), Inductor's own vectorised cast: the comparator every tuned variant is timed beside.
 Which is faster depends on the CPU, so the benchmark measures both where it runs
-(`kernel_lib.variants.tune`)."""
+(`kernel_lib.variants.tune`). Rowwise "bits" can also be compiled with `fuse_rows`: the graph
+then returns no scale (it is recomputed from amax outside, bit-identically), so Inductor fuses
+each row's amax loop and its cast loop under one outer loop (its outer-loop fusion) and the row
+is cast while it is still in L1/L2, instead of an amax pass over all of x and then a cast pass
+that reads x from memory again."""
 
 from __future__ import annotations
 
@@ -51,8 +55,9 @@ def _quantize_impl(
     gran: Granularity,
     nan_code: int,
     max_bits: int,
+    fuse_rows: bool = False,
 ):
-    """Writes the codes into `out`; returns (amax, scale). Non-negative floats order like their
+    """Writes the codes into `out`; returns (amax, scale), or amax alone with `fuse_rows`. Non-negative floats order like their
     bit patterns, so |x|, the finite test, amax and the clamp to max are integer ops (a float max
     or clamp costs three instructions for NaN propagation). Inductor makes this an amax loop and
     then the cast loop, which reads x again (from memory, for large x)."""
@@ -67,12 +72,18 @@ def _quantize_impl(
         else group_amax.amax(dim=-1, keepdim=True)
     )
     group_amax = group_amax.view(torch.float32)
-    scale = torch.div(torch.full_like(group_amax, info.max), group_amax.clamp(min=AMAX_EPS))
+    scale = _scale(group_amax, info.max)
     y = (mag.view(torch.float32) * scale).view(torch.int32)
     y = torch.clamp_max(y, max_bits)  # the fp32 bits of the format's max
     sign = (bits >> 24) & 0x80  # also set for -0.0, as torch's cast keeps -0
     out.copy_(_codes(y, sign, finite, fmt, nan_code))  # stored straight into `out`
-    return group_amax, scale
+    return group_amax if fuse_rows else (group_amax, scale)
+
+
+def _scale(group_amax: torch.Tensor, fp8_max: float) -> torch.Tensor:
+    """fp8_max / amax as a true division (`fp8_max / t` compiles to a reciprocal and a multiply,
+    which rounds differently), the same in eager and in the compiled graph."""
+    return torch.div(torch.full_like(group_amax, fp8_max), group_amax.clamp(min=AMAX_EPS))
 
 
 def _plain_impl(x: torch.Tensor, out: torch.Tensor, fmt: Fp8Format, gran: Granularity):
@@ -87,18 +98,21 @@ def _plain_impl(x: torch.Tensor, out: torch.Tensor, fmt: Fp8Format, gran: Granul
 
 
 @functools.cache
-def _compiled(fmt: Fp8Format, gran: Granularity, cast: str):
+def _compiled(fmt: Fp8Format, gran: Granularity, cast: str, fuse_rows: bool):
     if cast == "plain":
         return torch.compile(functools.partial(_plain_impl, fmt=fmt, gran=gran), dynamic=False)
     info = format_info(fmt)
     nan_code = torch.tensor(float("nan")).to(info.dtype).view(torch.uint8).item()
     max_bits = torch.tensor(info.max, dtype=torch.float32).view(torch.int32).item()
-    return torch.compile(
-        functools.partial(
-            _quantize_impl, fmt=fmt, gran=gran, nan_code=nan_code, max_bits=max_bits
-        ),
-        dynamic=False,
+    impl = functools.partial(
+        _quantize_impl,
+        fmt=fmt,
+        gran=gran,
+        nan_code=nan_code,
+        max_bits=max_bits,
+        fuse_rows=fuse_rows,
     )
+    return torch.compile(impl, dynamic=False)
 
 
 def compiled_quantize(
@@ -108,9 +122,11 @@ def compiled_quantize(
     granularity: Granularity | str = "tensorwise",
     out: torch.Tensor | None = None,
     cast: str = "bits",
+    fuse_rows: bool = False,
 ) -> Fp8Tensor:
     """Dynamic tensorwise or rowwise quantize, one compiled graph per (format, granularity, shape);
-    `cast` "bits" or "plain" (see the module docstring).
+    `cast` "bits" or "plain", `fuse_rows` (rowwise "bits" only) one pass over each row (see the
+    module docstring).
         x: (..., K) float; NaN/inf come back as NaN (no host sync). `out`: a preallocated FP8 tensor
         of x's shape to write into (a fresh large allocation costs page faults on CPU, as `clone`
         does). First call compiles (seconds). Raises kernel_lib.checks.Unsupported once 64 graphs
@@ -129,16 +145,19 @@ def compiled_quantize(
         )
     if cast not in CASTS:
         raise ValueError(f"cast={cast!r} must be one of {list(CASTS)}")
+    if fuse_rows and (cast, granularity) != ("bits", "rowwise"):
+        raise ValueError(f"fuse_rows is built for cast='bits' rowwise, not {cast!r} {granularity}")
     gran = Granularity(granularity)
     # Every (format, granularity, shape) is its own graph of one function: raise the per-function
     # limit from 8, and say so rather than silently run eager when it is hit.
     try:
         with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
             codes = out.view(torch.uint8) if cast == "bits" else out
-            group_amax, scale = _compiled(fmt, gran, cast)(x, codes)
+            got = _compiled(fmt, gran, cast, fuse_rows)(x, codes)
     except torch._dynamo.exc.FailOnRecompileLimitHit as why:
         raise Unsupported(
             f"compiled_quantize: recompile limit (64 graphs) hit in this process: "
             f"{str(why).splitlines()[0][:120]}"
         ) from None
+    group_amax, scale = (got, _scale(got, format_info(fmt).max)) if fuse_rows else got
     return Fp8Tensor(out, scale, group_amax, fmt, gran)

@@ -12,7 +12,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from kernel_lib import records as rec  # noqa: E402
 from kernel_lib import report  # noqa: E402
-from kernel_lib.fp8 import bench, bench_blocks, linear, plots  # noqa: E402
+from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_compiled  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
 from kernel_lib.platform import device_facts  # noqa: E402
@@ -62,6 +62,7 @@ def test_quantize_records_carry_bandwidth_fraction_of_copy_and_ratio(frame):
         "compiled_quantize_tensorwise",
         "quantize_rowwise",
         "compiled_quantize_rowwise",
+        "row_fused_quantize_rowwise",
         "plain_compiled_quantize_tensorwise",
         "plain_compiled_quantize_rowwise",
     }
@@ -75,11 +76,11 @@ def test_quantize_records_carry_bandwidth_fraction_of_copy_and_ratio(frame):
 
 
 def test_the_quantise_variant_is_chosen_by_measurement_and_declared(frame):
-    quant = frame[frame["implementation"].str.contains("compiled_quantize")]
+    quant = frame[frame["variant"].notna() & (frame["case"] == "quantize")]
     chosen = set(quant["variant"])
-    assert len(chosen) == 2 and all(
-        "compiled_quantize" in c for c in chosen
-    )  # one per granularity
+    variants = {f"{v}_{g}" for v in bench.VARIANTS for g in ("tensorwise", "rowwise")}
+    assert len(chosen) == 2 and chosen <= variants  # one per granularity
+    assert "row_fused_quantize_rowwise" in set(quant["implementation"])  # a rowwise candidate
     headline = frame[frame["headline"].notna() & (frame["case"] == "quantize")]
     assert len(headline) == 1 and headline["implementation"].iloc[0] in chosen
 
@@ -195,6 +196,22 @@ def test_quantiser_in_the_wrong_format_or_copy_dropping_data_is_wrong(monkeypatc
     records = bench.quantize_bandwidth(CONFIG, device_facts())
     assert _status(records, "quantize_tensorwise") == "wrong"
     assert _status(records, "compiled_quantize_tensorwise") == "ok"
+
+
+def test_a_row_fused_quantiser_dropping_a_code_is_wrong_and_never_chosen(monkeypatch):
+    real = quantize_compiled.compiled_quantize
+
+    def broken(x, *, fuse_rows=False, **kw):
+        got = real(x, fuse_rows=fuse_rows, **kw)
+        if fuse_rows:
+            got.data.view(torch.uint8)[-1, -1] ^= 1  # one code off by one ulp
+        return got
+
+    monkeypatch.setattr(quantize_compiled, "compiled_quantize", broken)
+    records = bench.quantize_bandwidth(CONFIG, device_facts())
+    assert _status(records, "row_fused_quantize_rowwise") == "wrong"
+    rowwise = {r.implementation: r for r in records}["compiled_quantize_rowwise"]
+    assert rowwise.status == "ok" and rowwise.variant != "row_fused_quantize_rowwise"
 
 
 def test_suite_records_skipped_sections_without_scaled_mm(monkeypatch):

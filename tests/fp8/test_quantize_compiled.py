@@ -9,18 +9,40 @@ from kernel_lib.fp8.quantize_compiled import compiled_quantize
 
 from .conftest import wide_tensor, with_extremes, with_nonfinite
 
+# (granularity, cast, fuse_rows): every compiled variant
+VARIANTS = [
+    (gran, cast, False) for gran in ("tensorwise", "rowwise") for cast in quantize_compiled.CASTS
+] + [("rowwise", "bits", True)]
 
-@pytest.mark.parametrize("cast", quantize_compiled.CASTS)
+
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("gran", ["tensorwise", "rowwise"])
-def test_bit_exact_with_quantize(fmt, gran, cast):
+@pytest.mark.parametrize(("gran", "cast", "fuse_rows"), VARIANTS)
+def test_bit_exact_with_quantize(fmt, gran, cast, fuse_rows):
     x = with_nonfinite(with_extremes(wide_tensor((37, 300), seed=2, binades=(-9, 5))))
     got, ref = (
-        compiled_quantize(x, fmt=fmt, granularity=gran, cast=cast),
+        compiled_quantize(x, fmt=fmt, granularity=gran, cast=cast, fuse_rows=fuse_rows),
         quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
     )
-    assert torch.equal(got.scale, ref.scale)
+    assert torch.equal(got.scale, ref.scale) and torch.equal(got.amax, ref.amax)
     assert torch.equal(got.data.view(torch.uint8), ref.data.view(torch.uint8))
+
+
+def test_fused_rows_compile_to_one_loop_over_rows():
+    """The point of fuse_rows: Inductor's code has one parallel loop (amax and cast of a row
+    inside it), where the unfused rowwise graph has a parallel amax loop and a cast loop."""
+    from torch._inductor.utils import run_and_get_code
+
+    x = torch.randn(64, 256)
+
+    def loops(fuse_rows):
+        torch._dynamo.reset()
+        quantize_compiled._compiled.cache_clear()
+        _, code = run_and_get_code(
+            lambda: compiled_quantize(x, granularity="rowwise", fuse_rows=fuse_rows)
+        )
+        return "".join(code).count("#pragma omp for")
+
+    assert loops(True) == 1 and loops(False) > 1
 
 
 def test_writes_into_out_and_checks_it():
@@ -33,11 +55,16 @@ def test_writes_into_out_and_checks_it():
         compiled_quantize(x, granularity="blockwise")
     with pytest.raises(ValueError, match="cast"):
         compiled_quantize(x, cast="magic")
+    for cast, gran in (("plain", "rowwise"), ("bits", "tensorwise")):
+        with pytest.raises(ValueError, match="fuse_rows"):
+            compiled_quantize(x, cast=cast, granularity=gran, fuse_rows=True)
 
 
-@pytest.mark.parametrize("cast", quantize_compiled.CASTS)
+@pytest.mark.parametrize(
+    ("cast", "fuse_rows"), [("bits", False), ("plain", False), ("bits", True)]
+)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_ties_and_near_ties_round_like_torch(fmt, cast):
+def test_ties_and_near_ties_round_like_torch(fmt, cast, fuse_rows):
     """Every grid value, every midpoint between neighbours and the fp32 values either side of it,
     both signs; +-max in the tensor makes the scale exactly 1 so these are the values cast."""
     grid = fp8_grid(fmt).float()
@@ -51,7 +78,7 @@ def test_ties_and_near_ties_round_like_torch(fmt, cast):
         ]
     )
     x = torch.cat([values, -values]).reshape(1, -1)
-    got = compiled_quantize(x, fmt=fmt, granularity="rowwise", cast=cast)
+    got = compiled_quantize(x, fmt=fmt, granularity="rowwise", cast=cast, fuse_rows=fuse_rows)
     assert got.scale.item() == 1.0
     assert torch.equal(got.data.view(torch.uint8), x.to(got.data.dtype).view(torch.uint8))
 
@@ -60,6 +87,6 @@ def test_recompile_limit_becomes_unsupported(monkeypatch):
     def limit_hit(*args):
         raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile_limit reached")
 
-    monkeypatch.setattr(quantize_compiled, "_compiled", lambda fmt, gran, cast: limit_hit)
+    monkeypatch.setattr(quantize_compiled, "_compiled", lambda *key: limit_hit)
     with pytest.raises(Unsupported, match="recompile limit"):
         compiled_quantize(torch.randn(4, 16))
