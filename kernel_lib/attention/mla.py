@@ -107,16 +107,22 @@ def rope(x: Tensor) -> Tensor:
     return rotated.flatten(-2).to(x.dtype)
 
 
+def up_project(latent: Tensor, w: Tensor) -> Tensor:
+    """Per-head (B, H, S, D) of latent (B, S, C) times w (C, H, D), as one (C, H D) GEMM."""
+    B, S, C = latent.shape
+    H, D = w.shape[1:]
+    return (latent @ w.reshape(C, H * D)).view(B, S, H, D).transpose(1, 2)
+
+
 def expand(inputs: MLAInputs) -> tuple[Tensor, Tensor, Tensor]:
     """Per-head q (B, H, S, Dn + R), k (B, H, S, Dn + R), v (B, H, S, Dv) of the expanded form."""
     q, latent, k_rope, w_uk, w_uv = inputs
     nope = w_uk.shape[-1]
     H = q.shape[1]
     q = torch.cat((q[..., :nope], rope(q[..., nope:])), dim=-1)
-    k_nope = torch.einsum("bsc,chd->bhsd", latent, w_uk)
     k_pe = rope(k_rope)[:, None].expand(-1, H, -1, -1)
-    v = torch.einsum("bsc,chd->bhsd", latent, w_uv).contiguous()  # einsum leaves (B, S, H, Dv)
-    return q, torch.cat((k_nope, k_pe), dim=-1), v
+    k = torch.cat((up_project(latent, w_uk), k_pe), dim=-1)
+    return q, k, up_project(latent, w_uv).contiguous()  # (B, H, S, Dv) in memory, as flex reads it
 
 
 @functools.lru_cache(maxsize=8)
@@ -141,7 +147,7 @@ def flex_mla_absorbed(inputs: MLAInputs, *, block_size: int = 128) -> Tensor:
     W_uv maps the (B, H, S, C) result to (B, H, S, Dv); input dtype out."""
     q, latent, k_rope, w_uk, w_uv = inputs
     nope = w_uk.shape[-1]
-    q_latent = torch.einsum("bhsd,chd->bhsc", q[..., :nope], w_uk)
+    q_latent = q[..., :nope] @ w_uk.permute(1, 2, 0)  # (B, H, S, Dn) @ (H, Dn, C)
     q = torch.cat((q_latent, rope(q[..., nope:])), dim=-1)
     k = torch.cat((latent, rope(k_rope)), dim=-1)[:, None]
     mask = causal_block_mask(q.shape[-2], str(q.device), block_size)
@@ -149,7 +155,7 @@ def flex_mla_absorbed(inputs: MLAInputs, *, block_size: int = 128) -> Tensor:
     out = compiled_flex_attention()(
         q, k, latent[:, None], block_mask=mask, scale=scale, enable_gqa=True
     )
-    return torch.einsum("bhsc,chd->bhsd", out, w_uv)
+    return out @ w_uv.transpose(0, 1)  # (B, H, S, C) @ (H, C, Dv)
 
 
 def flops(shape: MLAShape) -> float:
