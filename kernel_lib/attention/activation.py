@@ -12,14 +12,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch._dynamo.exc import BackendCompilerFailed
-from torch._inductor.exc import InductorError
 from torch.nn.attention.flex_attention import AuxRequest
 
 from kernel_lib.attention import mods
-from kernel_lib.attention.flex import compiled_flex_attention
-from kernel_lib.attention.mla import causal_block_mask
-from kernel_lib.checks import Unsupported
+from kernel_lib.attention.flex_call import call_flex, causal_block_mask
 
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}  # the two attention-gym demonstrates
 OFFSET = 1.0  # N: gelu >= -0.17 and relu >= 0, so f + 1 > 0 and its log is finite
@@ -45,15 +41,9 @@ def flex_activation(
     undo_softmax; input dtype out. Unsupported where Inductor cannot lower flex's lse."""
     score_mod = mods.activation(activation_function(activation), OFFSET)
     mask = causal_block_mask(q.shape[-2], str(q.device), block_size)
-    try:
-        out, aux = compiled_flex_attention()(
-            q, k, v, score_mod=score_mod, block_mask=mask, return_aux=AuxRequest(lse=True)
-        )
-    except (BackendCompilerFailed, InductorError) as why:
-        reason = str(why).strip().splitlines()[0][:200]  # Inductor's own words come first
-        raise Unsupported(
-            f"compiled flex cannot return lse on {q.device.type}: {reason}"
-        ) from None
+    out, aux = call_flex(
+        q, k, v, score_mod=score_mod, block_mask=mask, return_aux=AuxRequest(lse=True)
+    )
     return undo_softmax(out, aux.lse, v).to(q.dtype)
 
 

@@ -14,17 +14,14 @@ after: what DeepSeek's decode kernels do).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
-from kernel_lib.attention import masks
-from kernel_lib.attention.flex import compiled_flex_attention
+from kernel_lib.attention.flex_call import call_flex, causal_block_mask
 from kernel_lib.config import DTYPES
 
 ROPE_BASE = 10000.0  # DeepSeek-V2/V3 rope_theta (V3's YaRN long-context scaling is left out)
@@ -125,20 +122,12 @@ def expand(inputs: MLAInputs) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, up_project(latent, w_uv).contiguous()  # (B, H, S, Dv) in memory, as flex reads it
 
 
-@functools.lru_cache(maxsize=8)
-def causal_block_mask(seq_len: int, device: str, block_size: int) -> BlockMask:
-    """The cached causal (S, S) BlockMask, broadcast over B and H."""
-    return create_block_mask(
-        masks.causal(), None, None, seq_len, seq_len, device=device, BLOCK_SIZE=block_size
-    )
-
-
 def flex_mla(inputs: MLAInputs, *, block_size: int = 128) -> Tensor:
     """Expanded MLA: per-head K and V built from the latent, then compiled causal flex_attention;
     (B, H, S, Dv) in the input dtype."""
     q, k, v = expand(inputs)
     mask = causal_block_mask(q.shape[-2], str(q.device), block_size)
-    return compiled_flex_attention()(q, k, v, block_mask=mask)
+    return call_flex(q, k, v, block_mask=mask)
 
 
 def flex_mla_absorbed(inputs: MLAInputs, *, block_size: int = 128) -> Tensor:
@@ -152,9 +141,7 @@ def flex_mla_absorbed(inputs: MLAInputs, *, block_size: int = 128) -> Tensor:
     k = torch.cat((latent, rope(k_rope)), dim=-1)[:, None]
     mask = causal_block_mask(q.shape[-2], str(q.device), block_size)
     scale = 1.0 / math.sqrt(nope + k_rope.shape[-1])
-    out = compiled_flex_attention()(
-        q, k, latent[:, None], block_mask=mask, scale=scale, enable_gqa=True
-    )
+    out = call_flex(q, k, latent[:, None], block_mask=mask, scale=scale, enable_gqa=True)
     return out @ w_uv.transpose(0, 1)  # (B, H, S, C) @ (H, C, Dv)
 
 

@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from kernel_lib.attention import masks
-from kernel_lib.attention.flex import compiled_flex_attention
+from kernel_lib.attention.flex_call import call_flex
 
 
 @dataclass(frozen=True)
@@ -117,4 +117,4 @@ def flex_temporal_heads(
     if q.shape[-2] != layout.seq_len:
         raise ValueError(f"seq_len={q.shape[-2]} must be layout.seq_len={layout.seq_len}")
     mask = block_mask_for(layout, q.shape[1], str(q.device), block_size)
-    return compiled_flex_attention()(q, k, v, block_mask=mask)
+    return call_flex(q, k, v, block_mask=mask)
