@@ -11,11 +11,11 @@ Same device (every run on both sides has one platform and one device name):
 - `apart` = the ratio between the closest runs of the two sides, in the direction of `ratio`:
   fastest B run / slowest A run when B is slower (slowest B / fastest A when faster).
 - `slower` / `faster`: the ratio is beyond the factor (> f or < 1/f, default f = 1.1) AND, with at
-  least 3 runs a side, an exact permutation test on the per-run medians says p <= 0.05 AND the
-  runs are apart by the factor (`apart` beyond f too: every run of B is more than f times slower,
-  or faster, than every run of A).
+  least 3 runs a side, an exact permutation test on the per-run medians says p <= 0.05 AND, with
+  fewer than 5 runs on a side, the runs are apart by the factor (`apart` beyond f too: every run
+  of B is more than f times slower, or faster, than every run of A).
 - `unconfirmed`: beyond the factor, but fewer than 3 runs a side, the test is not significant, or
-  some runs of the two sides lie within the factor of each other.
+  (fewer than 5 runs on a side) some runs of the two sides lie within the factor of each other.
 - `same`: within the factor.
 - `lost`: ok in A, failed/skipped/wrong in B (a side's status is `ok` only if every run has it ok);
   `recovered`: the reverse; `not run`: not ok on either side; `untimed`: ok on both sides but
@@ -34,13 +34,16 @@ this a two-sided test at 0.10 in effect (a record with no change passes the test
 direction or the other, up to 10 % of the time). The factor gates are what keep noise out. Why
 `apart` as well as `ratio`: on a shared VM a process's speed can settle in one of two states
 (measured here: a small MLP at 0.48 or 0.63 ms, fp32 GEMMs 10-20 % apart, from one process to
-the next), so with 3 runs a side every run of one side lands in the slow state 1 time in 20 by
+the next). With 3 runs a side the test's smallest p is its threshold, so it confirms complete
+separation and nothing finer; the runs of one side all land in the slow state 1 time in 20 by
 chance, the medians then differ by the gap between the states, and with tens of records compared
 at once some record does so in most A/A comparisons (2 real A/A pairs of backend_cpu + fp8, 38
 timed records: 3 and 6 `slower` without this gate, 1 and 0 with it). A real change moves every
 run of a side; asking that the runs themselves be apart by the factor keeps a change smaller than
-the run-to-run spread `unconfirmed`. For a strict two-sided 5 % test use >= 4 runs a side (min p
-= 2/70).
+the run-to-run spread `unconfirmed`. From 5 runs a side the test resolves on its own (smallest p
+1/252) and the gate would only cost power: one slow outlier among 5 runs would veto a real 20 %
+slowdown (measured with `sensitivity`: 8 of 10 trials instead of 10). For a strict two-sided 5 %
+test use >= 4 runs a side (min p = 2/70).
 
 Different devices (platform or device name differ between runs): no verdict words at all. The
 table shows the ratio of medians with a spread interval [min over B's runs of p10 / max over A's
@@ -75,6 +78,7 @@ from kernel_lib.records import RESULTS_SUFFIX, record_id
 
 ALPHA = 0.05
 MIN_RUNS = 3  # runs a side before the permutation test can confirm a verdict
+RESOLVED_RUNS = 5  # runs a side from which the test alone confirms (below: the runs must be apart)
 DEFAULT_FACTOR = 1.1
 EXACT_LIMIT = 200_000  # relabellings enumerated exactly; beyond it, a seeded random sample
 SAMPLED_RELABELLINGS = 100_000
@@ -253,7 +257,8 @@ def timing_verdict(
         return "same", ratio, p
     slower = ratio > factor
     gap = apart(a, b)
-    if p is None or p > ALPHA or not (gap > factor if slower else gap < 1 / factor):
+    separated = gap > factor if slower else gap < 1 / factor
+    if p is None or p > ALPHA or (min(len(a), len(b)) < RESOLVED_RUNS and not separated):
         return "unconfirmed", ratio, p
     return "slower" if slower else "faster", ratio, p
 
@@ -521,8 +526,9 @@ def _header(c: Comparison) -> list[str]:
         lines.append(
             f"Same device: ratio = B/A of the medians of the run medians (> 1: B takes longer); "
             f"factor {c.factor:g}; one-sided exact permutation test (difference of means of the "
-            f"run medians) at p <= {ALPHA:g} with >= {MIN_RUNS} runs a side; a verdict also needs "
-            f"the closest runs of the two sides apart by the factor (`apart`)."
+            f"run medians) at p <= {ALPHA:g} with >= {MIN_RUNS} runs a side; with fewer than "
+            f"{RESOLVED_RUNS} runs on a side, a verdict also needs the closest runs of the two "
+            f"sides apart by the factor (`apart`)."
         )
         lines.append(f"Records: {counts}.")
     return lines

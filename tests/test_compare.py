@@ -136,6 +136,15 @@ def test_runs_not_apart_by_the_factor_are_unconfirmed():
     assert compare.timing_verdict(b, a, factor=1.05)[0] == "faster"
 
 
+def test_from_5_runs_a_side_the_test_confirms_without_the_runs_apart():
+    # a 1.2x slowdown with one slow outlier run in A: not apart, but p = 2/252 with 5 a side
+    a, b = [1.0, 1.01, 0.99, 1.02, 1.19], [1.2, 1.21, 1.19, 1.22, 1.2]
+    assert compare.apart(a, b) < 1.1
+    assert compare.permutation_p(a, b, alternative="greater") <= compare.ALPHA
+    assert compare.timing_verdict(a, b)[0] == "slower"
+    assert compare.timing_verdict(a[:3] + a[4:], b[:4])[0] == "unconfirmed"  # 4 a side: gated
+
+
 # --------------------------------------------------------------------------------- verdicts
 
 
