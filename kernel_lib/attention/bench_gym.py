@@ -55,11 +55,8 @@ def _unsupported(reason: str):
     raise Unsupported(reason)
 
 
-def _section(records: list[rec.Record], section: str, **metrics) -> list[rec.Record]:
-    return [
-        dataclasses.replace(r, metrics={**r.metrics, "section": section, **metrics})
-        for r in records
-    ]
+def _section(records: list[rec.Record], section: str) -> list[rec.Record]:
+    return [dataclasses.replace(r, metrics={**r.metrics, "section": section}) for r in records]
 
 
 def mla_shape(cfg: AttentionConfig) -> mla.MLAShape:
