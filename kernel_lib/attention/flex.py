@@ -72,6 +72,26 @@ def block_mask_for(
     return _block_mask(config, seq_len, str(torch.device(device)), block_size)
 
 
+class BlockCounts(NamedTuple):
+    """The (query block, key block) tiles of one BlockMask, per batch and head."""
+
+    full: int  # visited without mask_mod (every pair allowed)
+    partial: int  # visited with mask_mod evaluated on every score of the tile
+    tiles: int  # ceil(S / block)^2
+
+
+def block_counts(
+    config: PatternConfig, seq_len: int, *, block_size: int = 128, device="cpu"
+) -> BlockCounts:
+    """How the kernel visits `config`'s tiles (no mask: every tile full)."""
+    tiles = math.ceil(seq_len / block_size) ** 2
+    mask = block_mask_for(config, seq_len, device=device, block_size=block_size)
+    if mask is None:
+        return BlockCounts(tiles, 0, tiles)
+    full = 0 if mask.full_kv_num_blocks is None else int(mask.full_kv_num_blocks.sum())
+    return BlockCounts(full, int(mask.kv_num_blocks.sum()), tiles)
+
+
 def block_sparsity(
     config: PatternConfig, seq_len: int, *, block_size: int = 128, device="cpu"
 ) -> float:
@@ -80,12 +100,8 @@ def block_sparsity(
     Counted over ceil(S / block)^2 tiles (BlockMask.sparsity() divides by the unpadded S and
     goes negative when S is not a multiple of the block size).
     """
-    mask = block_mask_for(config, seq_len, device=device, block_size=block_size)
-    if mask is None:
-        return 0.0
-    visited = mask.kv_num_blocks.sum() + mask.full_kv_num_blocks.sum()
-    tiles = math.ceil(seq_len / block_size) ** 2
-    return 100.0 * (1.0 - float(visited) / tiles)
+    counts = block_counts(config, seq_len, block_size=block_size, device=device)
+    return 100.0 * (1.0 - (counts.full + counts.partial) / counts.tiles)
 
 
 class FlexVariant(NamedTuple):
