@@ -30,7 +30,8 @@ CASTS = ("bits", "plain")
 def _codes(
     bits: torch.Tensor, sign: torch.Tensor, finite: torch.Tensor, fmt: Fp8Format, nan_code: int
 ) -> torch.Tensor:
-    """FP8 bit patterns of sign * y, from the fp32 bits of y (0 <= y <= max). One float add rounds y
+    """FP8 bit patterns of sign * y, from the fp32 bits of y (0 <= y <= max); `nan_code` where
+    the int32 mask `finite` is 0 (it is all ones elsewhere). One float add rounds y
     to the FP8 grid: `magic` = 2**(e + 23 - m) for y's binade e (subnormals use the smallest normal
     binade), so the sum's fp32 ulp is the FP8 ulp and the hardware rounds to nearest even. The
     sum's bits minus the magic's bits count FP8 ulps above the binade start, which is the code once
@@ -45,7 +46,7 @@ def _codes(
     code = ulps + (exp >> (23 - m)) - ((128 - bias) << m)
     if fmt in (Fp8Format.E4M3FNUZ, Fp8Format.E5M2FNUZ):
         sign = sign * (code != 0).to(torch.int32)  # fnuz has no -0: 0x80 is its NaN
-    return torch.where(finite, code | sign, nan_code).to(torch.uint8)
+    return (((code | sign) & finite) | (nan_code & ~finite)).to(torch.uint8)
 
 
 def _quantize_impl(
@@ -64,8 +65,9 @@ def _quantize_impl(
     info = format_info(fmt)
     bits = x.float().view(torch.int32)
     mag = bits & 0x7FFFFFFF
-    finite = mag < 0x7F800000
-    group_amax = torch.where(finite, mag, 0)
+    # all ones where x is finite, else 0: two integer ops (a bool mask and `where` compile to four)
+    finite = (mag - 0x7F800000) >> 31
+    group_amax = mag & finite
     group_amax = (
         group_amax.amax()
         if gran is Granularity.TENSORWISE
