@@ -106,7 +106,15 @@ def block_sparsity(
 
 class FlexVariant(NamedTuple):
     """One way to run compiled flex (flex_attention_compiled's options): the BlockMask tile,
-    which on a CPU is also the kernel's (query, key) tile, and fp32 compute for bf16/fp16."""
+    which on a CPU is also the kernel's (query, key) tile, and fp32 compute for bf16/fp16.
+
+    What a CPU exposes (torch 2.13, Inductor's C++ flex template): only the tile. Of the
+    kernel_options, PARTITION_SIZE is read by the decoding template alone (q_len 1),
+    OUTPUT_LOGSUMEXP must be False (it is, without grad or return_lse), SKIP_MASK_SCORE drops
+    the mask on diagonal tiles too, BLOCK_M/BLOCK_N are Triton's. Most of the time (53-65 %,
+    perf, 2-core EPYC) is q k^T in the template's fixed 1x16 inner-product micro-kernel, which
+    rereads the key tile per query row: key tiles past 64 (16 KiB fp32) leave L1 and slow it,
+    and it converts bf16 element-wise (fp32 compute, `upcast`, wins where there is no AMX)."""
 
     block_size: int = 128
     upcast: bool = False
