@@ -99,7 +99,9 @@ class MoEBenchConfig:
         "factor on each preset's D and F (rounded to multiples of 16; 1 = the published "
         "model); 0 < s <= 1",
     )
-    preset_tokens: int = param(2048, "tokens T per preset case; a whole number > 0")
+    # A prefill batch: DeepSeek-V3's 256 experts x top-8 get 256 rows each on average (2048
+    # tokens gave 64, a GEMM too short for the CPU to run near its dense speed).
+    preset_tokens: int = param(8192, "tokens T per preset case; a whole number > 0")
     preset_zipf: float = param(
         0.1,
         "Zipf exponent of expert popularity in the preset cases and the load simulation "

@@ -79,7 +79,7 @@ def test_memory_needs_grow_with_the_size_they_name(field, bigger):
 def test_memory_needs_of_the_presets_follow_their_scaled_sizes():
     small = MoEBenchConfig(**{**SMALL, "presets": ("deepseek-v3",)}).memory_needs()
     large = MoEBenchConfig(**{**SMALL, "presets": ("deepseek-v3",), "preset_scale": 0.25})
-    # DeepSeek-V3 at 1/16: D=448, F=128, E=256, K=8, T=2048 (memory_needed's terms)
-    elements = 3 * 2048 * 448 + 4 * 256 * 448 * 256 + 2048 * 8 * (448 + 4 * 128)
+    # DeepSeek-V3 at 1/16: D=448, F=128, E=256, K=8, T=8192 (memory_needed's terms)
+    elements = 3 * 8192 * 448 + 4 * 256 * 448 * 256 + 8192 * 8 * (448 + 4 * 128)
     assert small["moe_preset_scale"] == elements * (2 + 8)
     assert large.memory_needs()["moe_preset_scale"] > small["moe_preset_scale"]
