@@ -113,8 +113,9 @@ class FlexVariant(NamedTuple):
     OUTPUT_LOGSUMEXP must be False (it is, without grad or return_lse), SKIP_MASK_SCORE drops
     the mask on diagonal tiles too, BLOCK_M/BLOCK_N are Triton's. Most of the time (53-65 %,
     perf, 2-core EPYC) is q k^T in the template's fixed 1x16 inner-product micro-kernel, which
-    rereads the key tile per query row: key tiles past 64 (16 KiB fp32) leave L1 and slow it,
-    and it converts bf16 element-wise (fp32 compute, `upcast`, wins where there is no AMX)."""
+    rereads the key tile per query row (measured slower past 64 keys: a 32 KiB L1d holds a
+    16 KiB fp32 tile, not a 32 KiB one), and converts bf16 element-wise (so fp32 compute,
+    `upcast`, wins where there is no AMX)."""
 
     block_size: int = 128
     upcast: bool = False
