@@ -250,8 +250,9 @@ class AttentionConfig:
         ):
             positive(getattr(self, name), p + name)
         require(self.mla_rope_dim % 2 == 0, p + "mla_rope_dim", self.mla_rope_dim, "even")
-        require(
-            self.temporal_frames <= self.seq_len - self.prefix_len,
+        require(  # only when the temporal-heads case runs: other cases take any prefix_len
+            "temporal_heads" not in self.gym_kernels
+            or self.temporal_frames <= self.seq_len - self.prefix_len,
             p + "temporal_frames",
             self.temporal_frames,
             f"<= {p}seq_len - {p}prefix_len = {self.seq_len - self.prefix_len}",

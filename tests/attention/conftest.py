@@ -72,9 +72,10 @@ def fp64(*tensors: torch.Tensor):
 
 
 def flex_bench_config(**changes):
-    """The attention config of the FLEX_SHAPE cases (window 17), with `changes`."""
+    """The attention config of the FLEX_SHAPE cases (window 17, flex_config's prefix), with
+    `changes`."""
     from kernel_lib.attention.config import AttentionConfig
 
     shape = {"batch": FLEX_SHAPE.batch, "heads": FLEX_SHAPE.heads}
     shape |= {"seq_len": FLEX_SHAPE.seq_len, "head_dim": FLEX_SHAPE.head_dim}
-    return AttentionConfig(**shape, window=17, windows=(17,), **changes)
+    return AttentionConfig(**shape, **{"window": 17, "windows": (17,), "prefix_len": 30} | changes)
