@@ -46,8 +46,9 @@ def test_clamped_swiglu_at_the_timed_shape_against_its_twin(cpu_facts):
     case = preset_case(dataclasses.replace(cfg, dtype="float32"), cpu_facts, model)
     ex, routing = case.experts, case.routing
     assert ex.activation == "swiglu_clamped" and routing.num_tokens == cfg.preset_tokens
-    rows = case.x[routing.token_idx].double()
-    h = torch.einsum("ad,adf->af", rows, ex.w_in.double()[routing.expert_idx])
+    some = routing.token_idx % 8 == 0  # every 8th token's rows: the element-wise twin is slow
+    tokens, chosen, x = routing.token_idx[some], routing.expert_idx[some], case.x.double()
+    h = torch.cat([x[tokens[chosen == e]] @ ex.w_in[e].double() for e in range(ex.num_experts)])
     assert (h > 7).double().mean() > 0.03  # the clamp is reached
     torch.testing.assert_close(
         experts.activate(h, ex.activation), experts.swiglu_clamped_reference(h)
