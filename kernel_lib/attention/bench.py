@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from kernel_lib import records as rec
-from kernel_lib.attention import bench_decode
+from kernel_lib.attention import bench_decode, bench_gym
 from kernel_lib.attention.baselines import (
     SDPA_BACKENDS,
     attention_naive,
@@ -411,7 +411,8 @@ def seq_sweep(
 
 def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     """The notebook's measurements in its order: flex variants, patterns (+ backward),
-    windows, lengths, the cold compile."""
+    windows, lengths, decode and paged KV, MLA / temporal heads / activations, the cold
+    compile."""
     cfg = AttentionConfig.from_params(params)
     facts = device_facts()
     variant, out = tune_flex(cfg, facts=facts, progress=progress)
@@ -419,6 +420,9 @@ def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     out += window_sweep(cfg, facts=facts, variant=variant, progress=progress)
     out += seq_sweep(cfg, facts=facts, variant=variant, progress=progress)
     out += bench_decode.inference(cfg, facts=facts, variant=variant, progress=progress)
+    out += bench_gym.gym_kernels(
+        cfg, facts=facts, block_size=variant.block_size, progress=progress
+    )
     return out + cold_compile_case(cfg, facts=facts, variant=variant)
 
 
