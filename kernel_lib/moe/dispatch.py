@@ -5,16 +5,12 @@ All take the same (x, routing, experts) and return the same (T, D) output in x's
   dispatch_loop            the reference: loop over experts with index selection (any family)
   dispatch_sorted_grouped  sort by expert + `torch._grouped_mm` (as torchtitan's grouped_mm path)
   dispatch_sorted_segments sort by expert + a matmul per contiguous segment (any dtype, host sync)
-  dispatch_packed_segments the same on oneDNN-prepacked weights, relu fused, the experts' rows
-                           spread over the CPU cores (CPU inference)
+  dispatch_packed_segments the same on oneDNN-prepacked weights, relu fused (CPU inference)
   dispatch_padded          capacity-padded buffer (E, C, D) + `torch.bmm` (GShard / Switch layout)
 The Triton fused gather + grouped GEMM lives in dispatch_triton.py.
 """
 
 from __future__ import annotations
-
-import functools
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -156,32 +152,10 @@ def dispatch_sorted_segments(x: Tensor, routing: Routing, experts: FeedForwardEx
     return combine_sorted(y, order, routing, x)
 
 
-def row_pieces(counts: list[int], parts: int) -> list[list[tuple[int, int, int]]]:
-    """The A expert-sorted rows cut into `parts` equal contiguous ranges, each as its
-    (expert, start, stop) pieces: an expert whose segment crosses a cut is split there."""
-    total, pieces, start = sum(counts), [[] for _ in range(parts)], 0
-    cuts = [total * i // parts for i in range(parts + 1)]
-    for e, n in enumerate(counts):
-        for part in range(parts):
-            lo, hi = max(start, cuts[part]), min(start + n, cuts[part + 1])
-            if lo < hi:
-                pieces[part].append((e, lo, hi))
-        start += n
-    return pieces
-
-
-@functools.cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(workers, thread_name_prefix="moe_expert")
-
-
 def dispatch_packed_segments(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> Tensor:
     """dispatch_sorted_segments for inference on a CPU: each expert's weights prepacked once for
-    oneDNN (packed.py), relu fused into the first GEMM as a post-op, and the sorted rows cut into
-    one equal range per intra-op thread (row_pieces), each range's GEMMs run single-threaded by
-    its own worker, which gathers its rows of x itself and writes one preallocated (A, D)
-    buffer: parallel over experts, not inside each short GEMM (no thread team forked and joined
-    per expert).
+    oneDNN (packed.py), relu fused into the first GEMM as a post-op, each expert's output put
+    in one preallocated (A, D) buffer.
 
     x: (T, D) fp32/bf16 (fp16 where oneDNN packs it); no autograd. Host sync as the segments.
     """
@@ -190,26 +164,15 @@ def dispatch_packed_segments(x: Tensor, routing: Routing, experts: FeedForwardEx
     weights = packed(experts)
     relu = experts.activation == "relu"
     order, tokens, _, _ = sort_by_expert(routing)
-    y = x.new_empty(tokens.numel(), x.shape[1])
-
-    def run(pieces, threads: int | None = None) -> None:
-        if threads is not None:
-            torch.set_num_threads(threads)  # this worker's own OpenMP team
-        for e, lo, hi in pieces:  # each piece gathers its own rows (no (A, D) sorted copy of x)
-            h = packed_linear(x.index_select(0, tokens[lo:hi]), weights.w_in[e], relu=relu)
+    xs = x.index_select(0, tokens)
+    y = torch.empty_like(xs)
+    start = 0
+    for e, n in enumerate(routing.counts.tolist()):
+        if n:
+            h = packed_linear(xs[start : start + n], weights.w_in[e], relu=relu)
             h = h if relu else activate(h, experts.activation, inplace=True)
-            y[lo:hi] = packed_linear(h, weights.w_out[e])
-
-    threads = torch.get_num_threads()
-    parts = row_pieces(routing.counts.tolist(), threads)
-    if threads == 1:
-        run(parts[0])
-    else:
-        try:
-            for job in [_pool(threads).submit(run, p, 1) for p in parts]:
-                job.result()
-        finally:
-            torch.set_num_threads(threads)  # the workers' call also set torch's global count
+            y[start : start + n] = packed_linear(h, weights.w_out[e])
+        start += n
     return combine_sorted(y, order, routing, x)
 
 

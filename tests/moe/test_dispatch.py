@@ -10,7 +10,6 @@ from kernel_lib.moe.dispatch import (
     dispatch_padded,
     dispatch_sorted_grouped,
     dispatch_sorted_segments,
-    row_pieces,
 )  # fmt: skip
 from kernel_lib.moe.experts import ACTIVATIONS
 from tests.moe.conftest import as_fp64, make_experts, random_routing
@@ -157,27 +156,3 @@ def test_packed_weights_follow_an_in_place_weight_change():
     with torch.no_grad():
         ex.w_out.mul_(-2)  # a stale packing would give the old output
     _check(dispatch_packed_segments, x, routing, ex)
-
-
-@pytest.mark.parametrize("parts", [1, 2, 3, 5])
-def test_row_pieces_cover_every_row_once_in_equal_ranges(parts):
-    counts = [5, 0, 3, 8, 1]
-    pieces = row_pieces(counts, parts)
-    ends = [0, *torch.tensor(counts).cumsum(0).tolist()]
-    rows = [r for part in pieces for e, lo, hi in part for r in range(lo, hi)]
-    assert rows == list(range(17))
-    assert all(ends[e] <= lo < hi <= ends[e + 1] for part in pieces for e, lo, hi in part)
-    sizes = [sum(hi - lo for _, lo, hi in part) for part in pieces]
-    assert max(sizes) - min(sizes) <= 1
-
-
-@pytest.mark.parametrize("threads", [1, 3])
-def test_packed_segments_on_any_thread_count_keeps_it(threads):
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        x, routing = torch.randn(41, 16), random_routing(41, 5, 2, skip_expert=3)
-        _check(dispatch_packed_segments, x, routing, make_experts(5, 16, 24))
-        assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(before)
