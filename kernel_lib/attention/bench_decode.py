@@ -38,7 +38,7 @@ from kernel_lib.attention.paged import flex_paged, gather, page_cache
 from kernel_lib.attention.patterns import GYM_PATTERNS
 from kernel_lib.attention.reference import dense_block_sparsity, gqa_reference
 from kernel_lib.checks import against
-from kernel_lib.measure import Candidate, Case, compare, with_baseline
+from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts
 
 FLEX = "flex_attention_compiled"  # bench.FLEX (bench imports this module)
@@ -71,16 +71,6 @@ def _split(total: int, count: int) -> list[int]:
     return [base] * (count - 1) + [total - base * (count - 1)]
 
 
-def _timing(cfg: AttentionConfig, progress: bool, case: str) -> dict:
-    progress_label = case if progress else None
-    return {
-        "rounds": cfg.reps,
-        "min_time_s": cfg.min_time_s,
-        "warmup": 1,
-        "progress": progress_label,
-    }
-
-
 def decode_check(shape: DecodeShape, q, k, v):
     """Check of a (B, Hq, Lq, D) output on q, k, v against the fp64 GQA reference."""
     return against(
@@ -88,17 +78,6 @@ def decode_check(shape: DecodeShape, q, k, v):
         reference=f"fp64 dense {shape.mask} mask, KV heads repeated (all rows)",
         tolerance=tolerance("forward", shape.dtype),
     )
-
-
-def _vs_best_sdpa(records: list[rec.Record]) -> list[rec.Record]:
-    sdpa = [r for r in records if r.implementation in SDPA_BACKENDS and r.status == "ok"]
-    if not sdpa:
-        return records
-    return with_baseline(records, min(sdpa, key=lambda r: r.median_ms).implementation)
-
-
-def _with_metrics(records: list[rec.Record], **metrics) -> list[rec.Record]:
-    return [dataclasses.replace(r, metrics={**r.metrics, **metrics}) for r in records]
 
 
 def decode_case(
@@ -136,7 +115,9 @@ def decode_case(
     ]
     graphs = compiled_graphs()
     this = Case(bench.TOPIC, case, shape.as_dict(), shape.dtype, bench.FORWARD)
-    out = _vs_best_sdpa(compare(this, candidates, facts=facts, **_timing(cfg, progress, case)))
+    out = bench._vs_best_sdpa(
+        compare(this, candidates, facts=facts, **bench._timing(cfg, progress, case))
+    )
     new_graphs = compiled_graphs() - graphs
     out = [
         dataclasses.replace(r, metrics={**r.metrics, "new_graphs": new_graphs})
@@ -144,7 +125,7 @@ def decode_case(
         else r
         for r in out
     ]
-    return _with_metrics(out, section=section, kv_len=shape.kv_len, q_len=shape.q_len)
+    return bench._with_metrics(out, section=section, kv_len=shape.kv_len, q_len=shape.q_len)
 
 
 def time_decode(
@@ -205,9 +186,9 @@ def paged_case(
     ]
     this = Case(bench.TOPIC, "paged_gqa_decode", shape.as_dict(), shape.dtype, bench.FORWARD)
     out = compare(
-        this, candidates, facts=facts, baseline=FLEX, **_timing(cfg, progress, this.case)
+        this, candidates, facts=facts, baseline=FLEX, **bench._timing(cfg, progress, this.case)
     )
-    out = _with_metrics(out, section="paged", kv_len=shape.kv_len, q_len=shape.q_len)
+    out = bench._with_metrics(out, section="paged", kv_len=shape.kv_len, q_len=shape.q_len)
     return [_headline(r, this.case, FLEX_PAGED, PAGED_HEADLINE) for r in out]
 
 

@@ -11,7 +11,6 @@ SDPA cannot express it (activation attention).
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 import pandas as pd
@@ -19,7 +18,7 @@ import pandas as pd
 from kernel_lib import records as rec
 from kernel_lib.attention import activation, bench, mla, temporal_heads
 from kernel_lib.attention.baselines import SDPA_BACKENDS, sdpa_attention
-from kernel_lib.attention.checks import tolerance
+from kernel_lib.attention.checks import rows_check
 from kernel_lib.attention.config import GYM_KERNELS, AttentionConfig
 from kernel_lib.attention.reference import (
     activation_reference,
@@ -31,7 +30,6 @@ from kernel_lib.attention.reference import (
     temporal_heads_mask,
 )
 from kernel_lib.attention.shapes import attention_flops, make_qkv
-from kernel_lib.checks import Unsupported, against
 from kernel_lib.measure import Candidate, Case, compare, with_baseline
 from kernel_lib.platform import DeviceFacts
 
@@ -40,23 +38,6 @@ FLEX_MLA_ABSORBED = "flex_mla_absorbed"
 FLEX_TEMPORAL_HEADS = "flex_temporal_heads"
 FLEX_ACTIVATION = "flex_activation"
 NAIVE_ACTIVATION = "activation_naive"
-
-
-def _rows_check(reference, rows, *, name: str, dtype: str):
-    """Check of a (B, H, S, ·) output against reference() computed on query `rows` only."""
-    where = "all rows" if rows is None else f"{len(rows)} sampled rows"
-    compare_rows = against(
-        reference, reference=f"fp64 dense {name} ({where})", tolerance=tolerance("forward", dtype)
-    )
-    return lambda out: compare_rows(output_rows(out, rows))
-
-
-def _unsupported(reason: str):
-    raise Unsupported(reason)
-
-
-def _section(records: list[rec.Record], section: str) -> list[rec.Record]:
-    return [dataclasses.replace(r, metrics={**r.metrics, "section": section}) for r in records]
 
 
 def mla_shape(cfg: AttentionConfig) -> mla.MLAShape:
@@ -85,7 +66,7 @@ def time_mla(
     shape = mla_shape(cfg)
     inputs = mla.make_inputs(shape, device=facts.device, seed=0)
     rows = reference_rows(shape.seq_len)
-    check = _rows_check(
+    check = rows_check(
         lambda: mla_reference(inputs, rows=rows), rows, name="MLA", dtype=shape.dtype
     )
     work = {"flops": mla.flops(shape)}
@@ -105,7 +86,7 @@ def time_mla(
     ]
     this = Case(bench.TOPIC, "mla", shape.as_dict(), shape.dtype, bench.FORWARD)
     out = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
-    return _section(bench._vs_best_sdpa(out), "mla")
+    return bench._with_metrics(bench._vs_best_sdpa(out), section="mla")
 
 
 def video_layout(cfg: AttentionConfig) -> temporal_heads.VideoLayout:
@@ -150,7 +131,7 @@ def time_temporal_heads(
     mask = temporal_heads_mask(layout, shape.heads)
     rows = reference_rows(shape.seq_len)
     row_mask = mask if rows is None else mask[:, rows]
-    check = _rows_check(
+    check = rows_check(
         lambda: attention_reference(output_rows(q, rows), k, v, mask=row_mask),
         rows,
         name="temporal heads",
@@ -181,7 +162,7 @@ def time_temporal_heads(
         bench.FORWARD,
     )  # fmt: skip
     out = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
-    return _section(bench._vs_best_sdpa(out), "temporal_heads")
+    return bench._with_metrics(bench._vs_best_sdpa(out), section="temporal_heads")
 
 
 def time_activations(
@@ -199,7 +180,7 @@ def time_activations(
     out = []
     for name in cfg.activations:
         fn = activation.activation_function(name)
-        check = _rows_check(
+        check = rows_check(
             lambda fn=fn: activation_reference(q, k, v, activation=fn, rows=rows),
             rows,
             name=f"{name} attention",
@@ -210,14 +191,14 @@ def time_activations(
                 activation.flex_activation, q, k, v, activation=name, block_size=block_size
             ),
             NAIVE_ACTIVATION: partial(activation.activation_naive, q, k, v, activation=name),
-            **{b: partial(_unsupported, no_sdpa) for b in SDPA_BACKENDS},
+            **{b: partial(bench._unsupported, no_sdpa) for b in SDPA_BACKENDS},
         }
         candidates = [Candidate(i, call, check, flops=needed) for i, call in calls.items()]
         this = Case(bench.TOPIC, f"activation_{name}", shape.as_dict(), shape.dtype, bench.FORWARD)
         records = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
         ran = any(r.implementation == NAIVE_ACTIVATION and r.status == "ok" for r in records)
         out += with_baseline(records, NAIVE_ACTIVATION) if ran else records
-    return _section(out, "activation")
+    return bench._with_metrics(out, section="activation")
 
 
 SECTIONS = {"mla": time_mla, "temporal_heads": time_temporal_heads, "activation": time_activations}

@@ -47,17 +47,26 @@ def tolerance(mode: str, dtype: str) -> Tolerance:
     return TOLERANCES[(mode, dtype)]
 
 
-def forward_check(config: PatternConfig, q, k, v) -> Callable[[torch.Tensor], Check]:
-    """Check of a (B, H, S, D) output of `config` on q, k, v against the fp64 reference (all
-    query rows up to S=1024, a fixed sample of rows above); the reference is built once, lazily."""
-    rows = reference_rows(q.shape[-2])
+def rows_check(
+    reference: Callable[[], torch.Tensor], rows: torch.Tensor | None, *, name: str, dtype: str
+) -> Callable[[torch.Tensor], Check]:
+    """Check of a (B, H, S, ·) output against reference(), the fp64 output on query `rows` only
+    (None: all rows), built once, lazily."""
     where = "all rows" if rows is None else f"{len(rows)} sampled rows"
     compare = against(
-        lambda: reference_output(q, k, v, config, rows=rows),
-        reference=f"fp64 dense {config.name} ({where})",
-        tolerance=tolerance("forward", _dtype(q)),
+        reference, reference=f"fp64 dense {name} ({where})", tolerance=tolerance("forward", dtype)
     )
     return lambda out: compare(output_rows(out, rows))
+
+
+def forward_check(config: PatternConfig, q, k, v) -> Callable[[torch.Tensor], Check]:
+    """Check of a (B, H, S, D) output of `config` on q, k, v against the fp64 reference (all
+    query rows up to S=1024, a fixed sample of rows above)."""
+    rows = reference_rows(q.shape[-2])
+    return rows_check(
+        lambda: reference_output(q, k, v, config, rows=rows), rows, name=config.name,
+        dtype=_dtype(q),
+    )  # fmt: skip
 
 
 def backward_check(config: PatternConfig, q, k, v, grad_out) -> Callable[[tuple], Check]:

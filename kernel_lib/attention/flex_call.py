@@ -1,22 +1,22 @@
 """The process-wide compiled flex_attention as called by modules that build their own block masks
 (MLA, temporal heads, activation attention): Inductor's refusals become `skipped` reasons, and
-the causal BlockMask they share is cached once.
+the causal BlockMask they share is flex.block_mask_for's cached one.
 
 Legend: B batch, H heads, S sequence length, D head dim.
 """
 
 from __future__ import annotations
 
-import functools
-
 from torch import Tensor
 from torch._dynamo.exc import BackendCompilerFailed
 from torch._inductor.exc import InductorError
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+from torch.nn.attention.flex_attention import BlockMask
 
-from kernel_lib.attention import masks
-from kernel_lib.attention.flex import compiled_flex_attention
+from kernel_lib.attention.flex import block_mask_for, compiled_flex_attention
+from kernel_lib.attention.patterns import PatternConfig
 from kernel_lib.checks import Unsupported
+
+CAUSAL = PatternConfig("causal")
 
 
 def call_flex(q: Tensor, k: Tensor, v: Tensor, **kwargs):
@@ -33,9 +33,6 @@ def call_flex(q: Tensor, k: Tensor, v: Tensor, **kwargs):
         ) from None
 
 
-@functools.lru_cache(maxsize=8)
 def causal_block_mask(seq_len: int, device: str, block_size: int) -> BlockMask:
-    """The cached causal (S, S) BlockMask, broadcast over B and H."""
-    return create_block_mask(
-        masks.causal(), None, None, seq_len, seq_len, device=device, BLOCK_SIZE=block_size
-    )
+    """The causal (S, S) BlockMask, broadcast over B and H: the pattern sections' cached one."""
+    return block_mask_for(CAUSAL, seq_len, device=device, block_size=block_size)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kernel_lib.attention import bench_gym
+from kernel_lib.attention.checks import rows_check
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.measure import MIN_ROUNDS
 from kernel_lib.platform import device_facts
@@ -54,7 +55,7 @@ def test_temporal_heads_sparsity_table_flex_equals_reference():
 def test_row_sampled_check_has_teeth():
     rows = torch.tensor([0, 7])
     ref = torch.randn(1, 2, 9, 4, generator=torch.Generator().manual_seed(0)).double()
-    check = bench_gym._rows_check(lambda: ref[..., rows, :], rows, name="x", dtype="float32")
+    check = rows_check(lambda: ref[..., rows, :], rows, name="x", dtype="float32")
     assert check(ref.float()).passed
     broken = ref.float().clone()
     broken[..., 7, 0] += 1.0
