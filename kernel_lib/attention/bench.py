@@ -169,10 +169,6 @@ def _vs_best_sdpa(records: list[rec.Record]) -> list[rec.Record]:
     return with_baseline(records, min(sdpa, key=lambda r: r.median_ms).implementation)
 
 
-def _with_metrics(records: list[rec.Record], **metrics) -> list[rec.Record]:
-    return [dataclasses.replace(r, metrics={**r.metrics, **metrics}) for r in records]
-
-
 def _timing(cfg: AttentionConfig, progress: bool, case: str) -> dict:
     return {
         "rounds": cfg.reps,

@@ -75,6 +75,13 @@ def test_ratios_are_over_the_best_sdpa_backend(records):
     assert flex.ratio_vs_baseline > 0 and flex.metrics["dense_flops"] > flex.flops
 
 
+def test_pattern_records_carry_the_dense_equivalent_rate(records):
+    # the notebook's TFLOP/s plot reads it (a second _with_metrics without it once broke nbval)
+    flex = _by_key(records)[("causal", bench.FLEX, "forward")]
+    dense = flex.metrics["dense_flops"] / flex.median_ms / 1e9
+    assert flex.metrics["dense_tflops"] == pytest.approx(dense)
+
+
 def test_headline_is_flex_causal_forward(records):
     headlines = [(r.case, r.implementation, r.mode) for r in records if r.headline]
     assert [h for h in headlines if h[0] == "causal"] == [("causal", bench.FLEX, "forward")]
