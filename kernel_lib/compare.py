@@ -43,7 +43,10 @@ run of a side; asking that the runs themselves be apart by the factor keeps a ch
 the run-to-run spread `unconfirmed`. From 5 runs a side the test resolves on its own (smallest p
 1/252) and the gate would only cost power: one slow outlier among 5 runs would veto a real 20 %
 slowdown (measured with `sensitivity`: 8 of 10 trials instead of 10). For a strict two-sided 5 %
-test use >= 4 runs a side (min p = 2/70).
+test use >= 4 runs a side (min p = 2/70). What no test on the runs can see: the machine's own drift
+between two reports made one after the other (a section 10-35 % apart in every run; full-workbook
+A/As here: 3 verdicts of 313 records in each of two sequential pairs, none with the runs of the two
+sides interleaved). Interleave the runs of the two sides when comparing revisions (README).
 
 Different devices (platform or device name differ between runs): no verdict words at all. The
 table shows the ratio of medians with a spread interval [min over B's runs of p10 / max over A's
