@@ -68,6 +68,15 @@ def sort_by_expert(routing: Routing) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return order, routing.token_idx[order], routing.weight[order], offsets
 
 
+def sum_slots(grid: Tensor) -> Tensor:
+    """grid (T, K, D) summed over its K slots, accumulated in fp32 and rounded once. Top-2 is one
+    add, which gives the same bits (two values added in fp32, rounded once) about 5x faster than
+    eager's reduction over the middle dim on a CPU (4096x2x512 bf16, 1 thread: 0.8 vs 4.8 ms)."""
+    if grid.shape[1] == 2:
+        return grid[:, 0] + grid[:, 1]
+    return grid.sum(1)
+
+
 def combine_sorted(y_sorted: Tensor, order: Tensor, routing: Routing, x: Tensor) -> Tensor:
     """out[t] = sum over t's assignments of weight * y, y given in expert-sorted order (A, D).
 
@@ -87,7 +96,7 @@ def combine_sorted(y_sorted: Tensor, order: Tensor, routing: Routing, x: Tensor)
             grid = y_sorted.index_select(0, position)
         else:
             grid = y_sorted.new_zeros(rows, x.shape[1]).index_copy_(0, slots, y_sorted)
-        return grid.view(routing.num_tokens, routing.top_k, x.shape[1]).sum(1).to(x.dtype)
+        return sum_slots(grid.view(routing.num_tokens, routing.top_k, x.shape[1])).to(x.dtype)
     out = torch.zeros(x.shape, dtype=_accumulator(x), device=x.device)
     weight = routing.weight[order, None].to(out.dtype)
     out.index_add_(0, routing.token_idx[order], y_sorted.to(out.dtype) * weight)

@@ -10,6 +10,7 @@ from kernel_lib.moe.dispatch import (
     dispatch_padded,
     dispatch_sorted_grouped,
     dispatch_sorted_segments,
+    sum_slots,
 )  # fmt: skip
 from kernel_lib.moe.experts import ACTIVATIONS
 from tests.moe.conftest import as_fp64, make_experts, random_routing
@@ -156,3 +157,23 @@ def test_packed_weights_follow_an_in_place_weight_change():
     with torch.no_grad():
         ex.w_out.mul_(-2)  # a stale packing would give the old output
     _check(dispatch_packed_segments, x, routing, ex)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tokens=st.integers(0, 41),
+    slots=st.integers(1, 5),
+    width=st.integers(1, 37),
+    dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]),
+)
+def test_sum_slots_is_the_reduction_bit_for_bit(tokens, slots, width, dtype):
+    # Top-2's single add must give the reduction's bits: fp32 accumulation, one rounding.
+    grid = (torch.randn(tokens, slots, width) * torch.logspace(-3, 3, width)).to(dtype)
+    out = sum_slots(grid)
+    assert out.dtype == dtype and torch.equal(out, grid.sum(1))
+
+
+def test_sum_slots_reads_every_slot():
+    grid = torch.zeros(3, 2, 4, dtype=torch.bfloat16)
+    grid[:, 1] = 1  # a sum that skips the second slot returns zeros
+    assert torch.equal(sum_slots(grid), torch.ones(3, 4, dtype=torch.bfloat16))
