@@ -1,7 +1,8 @@
 """Fast paths chosen by measurement on the machine that runs them, as Triton's autotuner and
 Inductor's max-autotune do: the candidates of one kernel are checked and timed interleaved at the
 case's shape (`measure.compare`), the fastest ok one is used, and the choice is cached per machine
-fingerprint (device name, ISA, torch version) so later runs on the same machine reuse it.
+fingerprint (device name, ISA, torch version) and candidate set, so later runs on the same machine
+reuse it and a new candidate is measured against the others.
 """
 
 from __future__ import annotations
@@ -44,24 +45,29 @@ def _cache_file(facts: DeviceFacts) -> Path:
     return folder / f"{fingerprint_key(facts)}.json"
 
 
-def cached_choice(kernel: str, case: Case, facts: DeviceFacts) -> str | None:
-    """The variant chosen earlier on this machine for `kernel` at this case, if any."""
+def cached_choice(
+    kernel: str, case: Case, facts: DeviceFacts, among: tuple[str, ...]
+) -> str | None:
+    """The variant chosen earlier on this machine for `kernel` at this case among these
+    candidates, if any."""
     path = _cache_file(facts)
     if not path.exists():
         return None
-    return json.loads(path.read_text()).get("choices", {}).get(_key(kernel, case))
+    return json.loads(path.read_text()).get("choices", {}).get(_key(kernel, case, among))
 
 
-def _key(kernel: str, case: Case) -> str:
+def _key(kernel: str, case: Case, among: tuple[str, ...]) -> str:
     shape = ",".join(f"{k}={case.shape[k]}" for k in sorted(case.shape))
-    return f"{kernel}/{case.dtype}/{case.mode}/{shape}"
+    return f"{kernel}/{case.dtype}/{case.mode}/{shape}/{'|'.join(sorted(among))}"
 
 
-def _store(kernel: str, case: Case, facts: DeviceFacts, choice: str) -> None:
+def _store(
+    kernel: str, case: Case, facts: DeviceFacts, among: tuple[str, ...], choice: str
+) -> None:
     path = _cache_file(facts)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.exists() else {"fingerprint": fingerprint(facts)}
-    data.setdefault("choices", {})[_key(kernel, case)] = choice
+    data.setdefault("choices", {})[_key(kernel, case, among)] = choice
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)  # atomic: concurrent runs never read half a file
@@ -110,13 +116,13 @@ def choose(
     tuned variant slower than the plain `comparator` (the whole 95 % interval of their ratio
     beyond 1) is flagged: its tuning does not pay on this machine."""
     ok = {r.implementation: r for r in records if r.status == "ok" and r.implementation in among}
-    choice = cached_choice(kernel, case, facts)
+    choice = cached_choice(kernel, case, facts, among)
     source = "cached"
     if choice not in ok:
         choice = min(ok, key=lambda name: ok[name].median_ms) if ok else None
         source = "measured"
         if choice is not None:
-            _store(kernel, case, facts, choice)
+            _store(kernel, case, facts, among, choice)
     # the comparator need not be a variant itself (flex's plain attention is never chosen)
     plain = next((r for r in records if r.implementation == comparator and r.status == "ok"), None)
 

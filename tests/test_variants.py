@@ -13,6 +13,7 @@ from kernel_lib.measure import Candidate, Case
 X = torch.randn(64, 64)
 CHECK = against(X * 2, reference="x * 2", tolerance=Tolerance(0.0, "exact", "max_abs_error"))
 CASE = Case("t", "double", {"N": 64}, "float32", "forward")
+ALL = ("slow", "fast", "wrong_but_fast")
 
 
 def _slow():
@@ -41,7 +42,7 @@ def test_the_fastest_checked_candidate_is_chosen_and_cached(cpu_facts):
     assert choice == "fast"  # the wrong one is never timed, the slow one never chosen
     assert [r.status for r in records] == ["ok", "ok", "wrong"]
     assert all(r.variant == "fast" for r in records)
-    assert variants.cached_choice("double", CASE, cpu_facts) == "fast"
+    assert variants.cached_choice("double", CASE, cpu_facts, ALL) == "fast"
     again, records = variants.tune("double", CASE, _candidates(), facts=cpu_facts, min_time_s=0.02)
     assert again == "fast" and records[0].metrics["variant_source"] == "cached"
 
@@ -50,15 +51,24 @@ def test_the_cache_key_changes_with_the_machine(cpu_facts):
     other = dataclasses.replace(cpu_facts, arch="avx2 avx512f amx_bf16")
     assert variants.fingerprint_key(cpu_facts) != variants.fingerprint_key(other)
     variants.tune("double", CASE, _candidates(), facts=cpu_facts, min_time_s=0.02)
-    assert variants.cached_choice("double", CASE, other) is None
+    assert variants.cached_choice("double", CASE, other, ALL) is None
 
 
 def test_a_cached_choice_that_no_longer_passes_is_measured_again(cpu_facts, cache):
-    variants._store("double", CASE, cpu_facts, "wrong_but_fast")
+    variants._store("double", CASE, cpu_facts, ALL, "wrong_but_fast")
     choice, records = variants.tune(
         "double", CASE, _candidates(), facts=cpu_facts, min_time_s=0.02
     )
     assert choice == "fast" and records[1].metrics["variant_source"] == "measured"
+
+
+def test_a_new_candidate_is_measured_against_the_cached_choice(cpu_facts):
+    slow_only = [Candidate("slow", _slow, CHECK)]
+    assert variants.tune("double", CASE, slow_only, facts=cpu_facts, min_time_s=0.02)[0] == "slow"
+    choice, records = variants.tune(
+        "double", CASE, _candidates(), facts=cpu_facts, min_time_s=0.02
+    )
+    assert choice == "fast" and records[0].metrics["variant_source"] == "measured"
 
 
 def test_a_tuned_variant_slower_than_its_plain_comparator_is_flagged(

@@ -80,8 +80,10 @@ def _quantizers(
 ) -> dict:
     """implementation -> the timed call, or why it cannot run here. compiled_quantize (bit
     arithmetic), row_fused_quantize (the same, one pass per row: rowwise only), fused_quantize
-    (Triton) and plain_compiled_quantize (`quantize` as plain ops through torch.compile, the
-    comparator) are the variants; `quantize` is eager."""
+    (Triton), c_quantize (the same bit arithmetic in C built for this CPU) and
+    plain_compiled_quantize (`quantize` as plain ops through torch.compile, the comparator) are
+    the variants; `quantize` is eager."""
+    from kernel_lib.fp8.quantize_c import c_quantize
     from kernel_lib.fp8.quantize_compiled import compiled_quantize
 
     def compiled(cast: str, fuse_rows: bool = False):
@@ -107,16 +109,28 @@ def _quantizers(
     row_fused = (
         {"row_fused_quantize": compiled("bits", fuse_rows=True)} if gran == "rowwise" else {}
     )
+    c_kernel = (
+        f"a C kernel for CPUs, not {facts.backend}"
+        if facts.backend != "cpu"
+        else lambda: c_quantize(x, fmt=fmt, granularity=gran, out=out)
+    )
     return {
         "quantize": lambda: quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
         "compiled_quantize": compiled("bits"),
         **row_fused,
         "fused_quantize": fused,
+        "c_quantize": c_kernel,
         "plain_compiled_quantize": compiled("plain"),
     }
 
 
-VARIANTS = ("compiled_quantize", "row_fused_quantize", "fused_quantize", "plain_compiled_quantize")
+VARIANTS = (
+    "compiled_quantize",
+    "row_fused_quantize",
+    "fused_quantize",
+    "c_quantize",
+    "plain_compiled_quantize",
+)
 
 
 def quantize_bandwidth(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -27,26 +28,48 @@ from kernel_lib.fp8.scaling import AMAX_EPS, Granularity, amax, scale_from_amax
 CASTS = ("bits", "plain")
 
 
+@dataclass(frozen=True)
+class CastConstants:
+    """What the bit cast to `fmt` needs: its mantissa bits, exponent bias, the fp32 bits of its
+    max, its NaN code, and whether it is a fnuz format (no -0)."""
+
+    mantissa_bits: int
+    bias: int
+    max_bits: int
+    nan_code: int
+    fnuz: bool
+
+
+@functools.cache
+def cast_constants(fmt: Fp8Format) -> CastConstants:
+    info = format_info(fmt)
+    return CastConstants(
+        mantissa_bits=info.mantissa_bits,
+        bias=1 - round(math.log2(info.smallest_normal)),  # 7, 15, 8, 16
+        max_bits=torch.tensor(info.max, dtype=torch.float32).view(torch.int32).item(),
+        nan_code=torch.tensor(float("nan")).to(info.dtype).view(torch.uint8).item(),
+        fnuz=fmt in (Fp8Format.E4M3FNUZ, Fp8Format.E5M2FNUZ),
+    )
+
+
 def _codes(
-    bits: torch.Tensor, sign: torch.Tensor, finite: torch.Tensor, fmt: Fp8Format, nan_code: int
+    bits: torch.Tensor, sign: torch.Tensor, finite: torch.Tensor, c: CastConstants
 ) -> torch.Tensor:
-    """FP8 bit patterns of sign * y, from the fp32 bits of y (0 <= y <= max); `nan_code` where
+    """FP8 bit patterns of sign * y, from the fp32 bits of y (0 <= y <= max); c.nan_code where
     the int32 mask `finite` is 0 (it is all ones elsewhere). One float add rounds y
     to the FP8 grid: `magic` = 2**(e + 23 - m) for y's binade e (subnormals use the smallest normal
     binade), so the sum's fp32 ulp is the FP8 ulp and the hardware rounds to nearest even. The
     sum's bits minus the magic's bits count FP8 ulps above the binade start, which is the code once
     the binade's own offset is added; a carry into the next binade comes out right by itself."""
-    info = format_info(fmt)
-    m = info.mantissa_bits
-    bias = 1 - round(math.log2(info.smallest_normal))  # 7, 15, 8, 16
+    m, bias = c.mantissa_bits, c.bias
     min_exp = (127 + 1 - bias) << 23  # fp32 exponent field of the smallest normal
     exp = torch.clamp_min(bits & 0x7F800000, min_exp)
     magic = exp + ((23 - m) << 23)
     ulps = (bits.view(torch.float32) + magic.view(torch.float32)).view(torch.int32) - magic
     code = ulps + (exp >> (23 - m)) - ((128 - bias) << m)
-    if fmt in (Fp8Format.E4M3FNUZ, Fp8Format.E5M2FNUZ):
+    if c.fnuz:
         sign = sign * (code != 0).to(torch.int32)  # fnuz has no -0: 0x80 is its NaN
-    return (((code | sign) & finite) | (nan_code & ~finite)).to(torch.uint8)
+    return (((code | sign) & finite) | (c.nan_code & ~finite)).to(torch.uint8)
 
 
 def _quantize_impl(
@@ -54,8 +77,7 @@ def _quantize_impl(
     out: torch.Tensor,
     fmt: Fp8Format,
     gran: Granularity,
-    nan_code: int,
-    max_bits: int,
+    c: CastConstants,
     fuse_rows: bool = False,
 ):
     """Writes the codes into `out`; returns (amax, scale), or amax alone with `fuse_rows`. Non-negative floats order like their
@@ -76,9 +98,9 @@ def _quantize_impl(
     group_amax = group_amax.view(torch.float32)
     scale = _scale(group_amax, info.max)
     y = (mag.view(torch.float32) * scale).view(torch.int32)
-    y = torch.clamp_max(y, max_bits)  # the fp32 bits of the format's max
+    y = torch.clamp_max(y, c.max_bits)  # the fp32 bits of the format's max
     sign = (bits >> 24) & 0x80  # also set for -0.0, as torch's cast keeps -0
-    out.copy_(_codes(y, sign, finite, fmt, nan_code))  # stored straight into `out`
+    out.copy_(_codes(y, sign, finite, c))  # stored straight into `out`
     return group_amax if fuse_rows else (group_amax, scale)
 
 
@@ -103,16 +125,8 @@ def _plain_impl(x: torch.Tensor, out: torch.Tensor, fmt: Fp8Format, gran: Granul
 def _compiled(fmt: Fp8Format, gran: Granularity, cast: str, fuse_rows: bool):
     if cast == "plain":
         return torch.compile(functools.partial(_plain_impl, fmt=fmt, gran=gran), dynamic=False)
-    info = format_info(fmt)
-    nan_code = torch.tensor(float("nan")).to(info.dtype).view(torch.uint8).item()
-    max_bits = torch.tensor(info.max, dtype=torch.float32).view(torch.int32).item()
     impl = functools.partial(
-        _quantize_impl,
-        fmt=fmt,
-        gran=gran,
-        nan_code=nan_code,
-        max_bits=max_bits,
-        fuse_rows=fuse_rows,
+        _quantize_impl, fmt=fmt, gran=gran, c=cast_constants(fmt), fuse_rows=fuse_rows
     )
     return torch.compile(impl, dynamic=False)
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from kernel_lib import records as rec  # noqa: E402
 from kernel_lib import report  # noqa: E402
-from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_compiled  # noqa: E402
+from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_c, quantize_compiled  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
 from kernel_lib.platform import device_facts  # noqa: E402
@@ -63,6 +63,8 @@ def test_quantize_records_carry_bandwidth_fraction_of_copy_and_ratio(frame):
         "quantize_rowwise",
         "compiled_quantize_rowwise",
         "row_fused_quantize_rowwise",
+        "c_quantize_tensorwise",
+        "c_quantize_rowwise",
         "plain_compiled_quantize_tensorwise",
         "plain_compiled_quantize_rowwise",
     }
@@ -104,7 +106,7 @@ SKIPPED_HEADLINES = (
 def test_headlines_declared(frame, records):
     heads = frame[frame["headline"].notna()].set_index("implementation")
     quantiser = next(i for i in heads.index if i not in SKIPPED_HEADLINES)
-    assert len(heads) == 4 and quantiser.endswith("compiled_quantize_tensorwise")  # measured
+    assert len(heads) == 4 and quantiser.removesuffix("_tensorwise") in bench.VARIANTS
     assert heads.loc[quantiser, "fraction_of_peak"] > 0
     for name in SKIPPED_HEADLINES:  # FP8 GEMMs: never timed on CPU, the headline says why
         assert heads.loc[name, "status"] == "skipped" and heads.loc[name, "reason"]
@@ -212,6 +214,30 @@ def test_a_row_fused_quantiser_dropping_a_code_is_wrong_and_never_chosen(monkeyp
     assert _status(records, "row_fused_quantize_rowwise") == "wrong"
     rowwise = {r.implementation: r for r in records}["compiled_quantize_rowwise"]
     assert rowwise.status == "ok" and rowwise.variant != "row_fused_quantize_rowwise"
+
+
+def test_a_c_quantiser_with_a_wrong_constant_is_wrong_and_never_chosen(monkeypatch):
+    real = quantize_c.cast_constants
+    monkeypatch.setattr(
+        quantize_c,
+        "cast_constants",
+        lambda fmt: dataclasses.replace(real(fmt), max_bits=real(fmt).max_bits - (1 << 20)),
+    )
+    records = bench.quantize_bandwidth(CONFIG, device_facts())
+    for gran in ("tensorwise", "rowwise"):
+        assert _status(records, f"c_quantize_{gran}") == "wrong"
+        chosen = {r.implementation: r for r in records}[f"compiled_quantize_{gran}"].variant
+        assert chosen != f"c_quantize_{gran}"
+
+
+def test_the_c_quantiser_is_skipped_with_the_reason_it_cannot_build(monkeypatch, tmp_path):
+    monkeypatch.setenv(quantize_c.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(quantize_c, "_library", quantize_c._library.__wrapped__)
+    monkeypatch.setattr(quantize_c.shutil, "which", lambda name: None)
+    records = {r.implementation: r for r in bench.quantize_bandwidth(CONFIG, device_facts())}
+    c = records["c_quantize_rowwise"]
+    assert c.status == "skipped" and "no C compiler" in c.reason
+    assert records["compiled_quantize_rowwise"].status == "ok"
 
 
 def test_suite_records_skipped_sections_without_scaled_mm(monkeypatch):
