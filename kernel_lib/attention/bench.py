@@ -65,7 +65,8 @@ COLD_COMPILE = "cold_compile"  # a first call in a fresh process with an empty I
 HEADLINE = "flex causal forward vs best SDPA backend"
 
 
-def _unsupported(reason: str):
+def raise_unsupported(reason: str):
+    """The timed call of a path that cannot run here: its record becomes `skipped: reason`."""
     raise Unsupported(reason)
 
 
@@ -95,7 +96,7 @@ def _baselines(config: PatternConfig, shape: AttentionShape, q) -> dict:
         kwargs = sdpa_inputs(config, shape.seq_len, shape.heads, dtype=q.dtype, device=q.device)
         calls = {b: partial(sdpa_attention, backend=b, sdpa_kwargs=kwargs) for b in SDPA_BACKENDS}
     except Unsupported as why:
-        calls = {b: lambda *qkv, why=str(why): _unsupported(why) for b in SDPA_BACKENDS}
+        calls = {b: lambda *qkv, why=str(why): raise_unsupported(why) for b in SDPA_BACKENDS}
     calls.update({v: partial(_flash, version=v, config=config) for v in FLASH_VERSIONS})
     calls[NAIVE] = partial(_naive, config=config)
     return calls
@@ -139,7 +140,7 @@ class _FlexCompile:
         ]
 
 
-def _with_metrics(records: list[rec.Record], **metrics) -> list[rec.Record]:
+def with_metrics(records: list[rec.Record], **metrics) -> list[rec.Record]:
     """Records with `metrics` added; dense_tflops from metrics.dense_flops and the median."""
     out = []
     for r in records:
@@ -161,7 +162,7 @@ def _ran(
     ]
 
 
-def _vs_best_sdpa(records: list[rec.Record]) -> list[rec.Record]:
+def vs_best_sdpa(records: list[rec.Record]) -> list[rec.Record]:
     """Ratios against the fastest SDPA backend that ran and passed (none: left without)."""
     sdpa = [r for r in records if r.implementation in SDPA_BACKENDS and r.status == "ok"]
     if not sdpa:
@@ -169,7 +170,7 @@ def _vs_best_sdpa(records: list[rec.Record]) -> list[rec.Record]:
     return with_baseline(records, min(sdpa, key=lambda r: r.median_ms).implementation)
 
 
-def _timing(cfg: AttentionConfig, progress: bool, case: str) -> dict:
+def timing_options(cfg: AttentionConfig, progress: bool, case: str) -> dict:
     return {
         "rounds": cfg.reps,
         "min_time_s": cfg.min_time_s,
@@ -216,12 +217,12 @@ def tune_flex(
         candidates,
         facts=facts,
         baseline=PLAIN,
-        **_timing(cfg, progress, f"{pattern} variants"),
+        **timing_options(cfg, progress, f"{pattern} variants"),
     )
     choice, out = choose(
         f"flex_attention_{pattern}", this, out, facts=facts, among=tuple(flexes), comparator=PLAIN
     )
-    out = _with_metrics(out, section="flex_variants", dense_flops=dense)
+    out = with_metrics(out, section="flex_variants", dense_flops=dense)
     for name, flex in flexes.items():
         out += flex.records(this, facts, name)
     return flexes[choice or next(iter(flexes))].variant, out
@@ -263,9 +264,9 @@ def forward_case(
         for name, call in _baselines(config, shape, qkv[0]).items()
     ]
     this = Case(TOPIC, case, shape.as_dict(), shape.dtype, FORWARD)
-    out = compare(this, candidates, facts=facts, **_timing(cfg, progress, case))
-    out = _with_metrics(
-        _vs_best_sdpa(out), section=section, dense_flops=dense, needed_fraction=needed / dense
+    out = compare(this, candidates, facts=facts, **timing_options(cfg, progress, case))
+    out = with_metrics(
+        vs_best_sdpa(out), section=section, dense_flops=dense, needed_fraction=needed / dense
     )
     return _ran(out + flex.records(this, facts), variant)
 
@@ -299,8 +300,10 @@ def backward_case(
         if name in SDPA_BACKENDS or name == NAIVE
     ]
     this = Case(TOPIC, config.name, shape.as_dict(), shape.dtype, BACKWARD)
-    out = compare(this, candidates, facts=facts, **_timing(cfg, progress, f"{config.name} bwd"))
-    out = _with_metrics(_vs_best_sdpa(out), section="backward", dense_flops=dense * factor)
+    out = compare(
+        this, candidates, facts=facts, **timing_options(cfg, progress, f"{config.name} bwd")
+    )
+    out = with_metrics(vs_best_sdpa(out), section="backward", dense_flops=dense * factor)
     return _ran(out + flex.records(this, facts), variant)
 
 
@@ -376,9 +379,13 @@ def window_sweep(
         case = f"causal_sliding_window_w{window}"
         this = Case(TOPIC, case, {**shape.as_dict(), "window": window}, shape.dtype, FORWARD)
         records = compare(
-            this, candidates, facts=facts, baseline=FLEX_CAUSAL, **_timing(cfg, progress, case)
+            this,
+            candidates,
+            facts=facts,
+            baseline=FLEX_CAUSAL,
+            **timing_options(cfg, progress, case),
         )
-        out += _with_metrics(
+        out += with_metrics(
             records,
             section="window_sweep",
             window=window,

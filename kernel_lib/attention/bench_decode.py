@@ -115,8 +115,8 @@ def decode_case(
     ]
     graphs = compiled_graphs()
     this = Case(bench.TOPIC, case, shape.as_dict(), shape.dtype, bench.FORWARD)
-    out = bench._vs_best_sdpa(
-        compare(this, candidates, facts=facts, **bench._timing(cfg, progress, case))
+    out = bench.vs_best_sdpa(
+        compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, case))
     )
     new_graphs = compiled_graphs() - graphs
     out = [
@@ -125,7 +125,7 @@ def decode_case(
         else r
         for r in out
     ]
-    return bench._with_metrics(out, section=section, kv_len=shape.kv_len, q_len=shape.q_len)
+    return bench.with_metrics(out, section=section, kv_len=shape.kv_len, q_len=shape.q_len)
 
 
 def time_decode(
@@ -186,9 +186,13 @@ def paged_case(
     ]
     this = Case(bench.TOPIC, "paged_gqa_decode", shape.as_dict(), shape.dtype, bench.FORWARD)
     out = compare(
-        this, candidates, facts=facts, baseline=FLEX, **bench._timing(cfg, progress, this.case)
+        this,
+        candidates,
+        facts=facts,
+        baseline=FLEX,
+        **bench.timing_options(cfg, progress, this.case),
     )
-    out = bench._with_metrics(out, section="paged", kv_len=shape.kv_len, q_len=shape.q_len)
+    out = bench.with_metrics(out, section="paged", kv_len=shape.kv_len, q_len=shape.q_len)
     return [_headline(r, this.case, FLEX_PAGED, PAGED_HEADLINE) for r in out]
 
 

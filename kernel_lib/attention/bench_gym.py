@@ -85,8 +85,8 @@ def time_mla(
         Candidate(b, partial(_sdpa_mla, inputs, backend=b), check, **work) for b in SDPA_BACKENDS
     ]
     this = Case(bench.TOPIC, "mla", shape.as_dict(), shape.dtype, bench.FORWARD)
-    out = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
-    return bench._with_metrics(bench._vs_best_sdpa(out), section="mla")
+    out = compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case))
+    return bench.with_metrics(bench.vs_best_sdpa(out), section="mla")
 
 
 def video_layout(cfg: AttentionConfig) -> temporal_heads.VideoLayout:
@@ -161,8 +161,8 @@ def time_temporal_heads(
         bench.TOPIC, "temporal_heads", {**shape.as_dict(), **layout.as_dict()}, shape.dtype,
         bench.FORWARD,
     )  # fmt: skip
-    out = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
-    return bench._with_metrics(bench._vs_best_sdpa(out), section="temporal_heads")
+    out = compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case))
+    return bench.with_metrics(bench.vs_best_sdpa(out), section="temporal_heads")
 
 
 def time_activations(
@@ -191,14 +191,16 @@ def time_activations(
                 activation.flex_activation, q, k, v, activation=name, block_size=block_size
             ),
             NAIVE_ACTIVATION: partial(activation.activation_naive, q, k, v, activation=name),
-            **{b: partial(bench._unsupported, no_sdpa) for b in SDPA_BACKENDS},
+            **{b: partial(bench.raise_unsupported, no_sdpa) for b in SDPA_BACKENDS},
         }
         candidates = [Candidate(i, call, check, flops=needed) for i, call in calls.items()]
         this = Case(bench.TOPIC, f"activation_{name}", shape.as_dict(), shape.dtype, bench.FORWARD)
-        records = compare(this, candidates, facts=facts, **bench._timing(cfg, progress, this.case))
+        records = compare(
+            this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case)
+        )
         ran = any(r.implementation == NAIVE_ACTIVATION and r.status == "ok" for r in records)
         out += with_baseline(records, NAIVE_ACTIVATION) if ran else records
-    return bench._with_metrics(out, section="activation")
+    return bench.with_metrics(out, section="activation")
 
 
 SECTIONS = {"mla": time_mla, "temporal_heads": time_temporal_heads, "activation": time_activations}

@@ -76,7 +76,7 @@ def test_ratios_are_over_the_best_sdpa_backend(records):
 
 
 def test_pattern_records_carry_the_dense_equivalent_rate(records):
-    # the notebook's TFLOP/s plot reads it (a second _with_metrics without it once broke nbval)
+    # the notebook's TFLOP/s plot reads it (a second with_metrics without it once broke nbval)
     flex = _by_key(records)[("causal", bench.FLEX, "forward")]
     dense = flex.metrics["dense_flops"] / flex.median_ms / 1e9
     assert flex.metrics["dense_tflops"] == pytest.approx(dense)
