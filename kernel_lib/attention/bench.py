@@ -184,16 +184,17 @@ def tune_flex(
     *,
     facts: DeviceFacts,
     pattern: str = "causal",
+    seq_len: int | None = None,
     progress: bool = False,
 ) -> tuple[FlexVariant, list[rec.Record]]:
     """(the flex variant to run `pattern` with, its records): forward of `pattern` (causal: the
-    variant every other case runs) at the pattern sections' shape through each of
-    `cfg.flex_variants()` and the plain comparator (the same attention written plainly, through
+    variant every other case runs) at the pattern sections' shape (S = `seq_len` if given)
+    through each of `cfg.flex_variants()` and the plain comparator (the same attention written plainly, through
     torch.compile), checked then timed interleaved; ratios over the plain one. The fastest ok
     variant is chosen by `variants.choose` (cached per machine; a variant slower than the plain
     comparator is flagged). When none ran, the first variant is returned and every flex case
     records the same reason."""
-    shape, config = cfg.shape(), cfg.pattern(pattern)
+    shape, config = cfg.shape(seq_len), cfg.pattern(pattern)
     qkv = make_qkv(shape, device=facts.device, seed=0)
     check = forward_check(config, *qkv)
     needed, dense = attention_flops(config, shape)
@@ -344,16 +345,20 @@ def _headline(record: rec.Record) -> rec.Record:
 def window_sweep(
     cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
 ) -> list[rec.Record]:
-    """Causal sliding window at each window: flex and every SDPA backend, with causal flex
-    (`variant`) on the same inputs as the baseline (ratio = speedup the window buys, with its
-    interval); metrics.ideal_speedup = causal needed FLOPs / window needed FLOPs. The window's
-    own flex variant is tuned first at cfg.window (a narrow band favours small tiles: fewer
-    masked keys per query), records included. Windows are captured as tensors, so the sweep
-    adds no compiles after the tuning."""
+    """Causal sliding window at each window, at S = cfg.windows_seq_len: flex and every SDPA
+    backend, with causal flex (`variant`) on the same inputs as the baseline (ratio = speedup the
+    window buys, with its interval); metrics.ideal_speedup = causal needed FLOPs / window needed
+    FLOPs. The window's own flex variant is tuned first at cfg.window (a narrow band favours
+    small tiles: fewer masked keys per query), records included. Windows are captured as
+    tensors, so the sweep adds no compiles after the tuning."""
+    shape = cfg.shape(cfg.windows_seq_len)
     banded, tuning = tune_flex(
-        cfg, facts=facts, pattern="causal_sliding_window", progress=progress
+        cfg,
+        facts=facts,
+        pattern="causal_sliding_window",
+        seq_len=shape.seq_len,
+        progress=progress,
     )
-    shape = cfg.shape()
     qkv = make_qkv(shape, device=facts.device, seed=0)
     causal = cfg.pattern("causal")
     causal_check = forward_check(causal, *qkv)  # its reference is built once for all windows

@@ -41,7 +41,7 @@ class AttentionConfig:
     heads: int = param(4, "H, attention heads; an int > 0")
     seq_len: int = param(
         1024,
-        f"S of the pattern sections (tokens); an int > 0, >= {PREFIX}window and {PREFIX}windows",
+        f"S of the pattern sections (tokens); an int > 0, >= {PREFIX}window",
     )
     head_dim: int = param(
         64, "D, head dimension; an int > 0 (a size flex_attention rejects is skipped)"
@@ -75,7 +75,13 @@ class AttentionConfig:
     )
     windows: tuple[int, ...] = param(
         (32, 64, 128, 256, 512),
-        f"window sweep (causal sliding window); a non-empty list, each 0 < w <= {PREFIX}seq_len",
+        f"window sweep (causal sliding window); a non-empty list, each 0 < w <= "
+        f"{PREFIX}windows_seq_len",
+    )
+    windows_seq_len: int = param(
+        4096,
+        "S of the window sweep (tokens; a window pays off on long sequences); an int >= "
+        f"{PREFIX}window and each of {PREFIX}windows",
     )
     seq_lens: tuple[int, ...] = param(
         (256, 512, 1024, 2048), "sequence-length sweep (causal); a non-empty list of ints > 0"
@@ -149,6 +155,7 @@ class AttentionConfig:
             "batch",
             "heads",
             "seq_len",
+            "windows_seq_len",
             "head_dim",
             "window",
             "num_docs",
@@ -181,11 +188,17 @@ class AttentionConfig:
         positive_list(self.windows, p + "windows")
         for window in self.windows:
             require(
-                window <= self.seq_len,
+                window <= self.windows_seq_len,
                 p + "windows",
                 self.windows,
-                f"all <= {p}seq_len={self.seq_len}",
+                f"all <= {p}windows_seq_len={self.windows_seq_len}",
             )
+        require(
+            self.window <= self.windows_seq_len,
+            p + "window",
+            self.window,
+            f"<= {p}windows_seq_len={self.windows_seq_len} (the window sweep's tuning runs it)",
+        )
         positive_list(self.seq_lens, p + "seq_lens")
         require(len(self.block_sizes) > 0, p + "block_sizes", self.block_sizes, "a non-empty list")
         require(
@@ -268,9 +281,11 @@ class AttentionConfig:
 
     def memory_needs(self) -> dict[str, float]:
         """Notebook parameter -> estimated peak bytes of the largest case it sets the size of:
-        the pattern sections at attn_seq_len (with the backward case), the sweep at attn_seq_lens."""
+        the pattern sections at attn_seq_len (with the backward case), the window sweep at
+        attn_windows_seq_len, the sequence sweep at attn_seq_lens."""
         sizes = ("batch", "heads", "head_dim", "dtype")
         cases = [(self._case_bytes(self.seq_len, backward=True), ("seq_len", *sizes))]
+        cases += [(self._case_bytes(self.windows_seq_len), ("windows_seq_len", *sizes))]
         cases += [(self._case_bytes(s), ("seq_lens", *sizes)) for s in self.seq_lens]
         return largest_needs(cases, PREFIX)
 

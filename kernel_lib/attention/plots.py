@@ -119,7 +119,7 @@ def plot_window_speedup(frame: pd.DataFrame):
     plain_log_ticks(ax)
     ax.set_xlabel("window (tokens)")
     ax.set_ylabel("speed-up over causal flex (x, 95 % interval)")
-    ax.set_title("Speedup from sparsity: causal sliding window vs causal")
+    ax.set_title(f"Speedup from sparsity: causal sliding window vs causal\n{_shape(data)}")
     place_legend(ax)
     fig.tight_layout()
     return fig
@@ -138,8 +138,11 @@ def plot_flex_variants(frame: pd.DataFrame):
     """Forward time of each flex variant beside the plain compiled attention, per tuned pattern
     (whiskers p10 to p90 of the timed calls); the title names the causal choice here."""
     data = _ok(frame, "flex_variants")
+    tuned_on = data["case"] + ", S=" + data["shape.seq_len"].astype(int).astype(str)
     ax, _ = grouped_bars(
-        data.assign(implementation=data["implementation"].str.removeprefix(f"{FLEX}_")),
+        data.assign(
+            implementation=data["implementation"].str.removeprefix(f"{FLEX}_"), case=tuned_on
+        ),
         index="implementation",
         columns="case",
         values="median_ms",

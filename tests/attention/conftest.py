@@ -78,4 +78,5 @@ def flex_bench_config(**changes):
 
     shape = {"batch": FLEX_SHAPE.batch, "heads": FLEX_SHAPE.heads}
     shape |= {"seq_len": FLEX_SHAPE.seq_len, "head_dim": FLEX_SHAPE.head_dim}
-    return AttentionConfig(**shape, **{"window": 17, "windows": (17,), "prefix_len": 30} | changes)
+    windows = {"window": 17, "windows": (17,), "windows_seq_len": FLEX_SHAPE.seq_len}
+    return AttentionConfig(**shape, **windows | {"prefix_len": 30} | changes)

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from kernel_lib.attention import bench
+from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.shapes import AttentionShape, attention_flops
 from kernel_lib.checks import Unsupported
@@ -29,6 +30,7 @@ PARAMS = {
     "attn_reps": 6,
     "attn_min_time_s": 0.01,
     "attn_windows": [17],
+    "attn_windows_seq_len": FLEX_SHAPE.seq_len,
     "attn_seq_lens": [FLEX_SHAPE.seq_len],
     # bench_decode's sections on tiny sizes (the defaults are the 8k-token decode target)
     "attn_gym_patterns": ["shared_prefix"],
@@ -97,6 +99,18 @@ def test_skips_have_reasons(records):
 def test_window_sweep_is_over_causal_flex(records):
     flex = _by_key(records)[("causal_sliding_window_w17", bench.FLEX, "forward")]
     assert flex.baseline == bench.FLEX_CAUSAL and flex.metrics["ideal_speedup"] > 1
+
+
+def test_the_window_sweep_and_its_tuning_run_at_windows_seq_len(cpu_facts):
+    """Windows pay off on long sequences: the sweep has its own S, not the pattern sections'."""
+    long = 2 * FLEX_SHAPE.seq_len
+    cfg = dataclasses.replace(
+        AttentionConfig.from_params(PARAMS), windows_seq_len=long, block_sizes=(FLEX_BLOCK,)
+    )
+    records = bench.window_sweep(cfg, facts=cpu_facts, variant=FlexVariant(FLEX_BLOCK))
+    timed = [r for r in records if r.status == "ok" and r.mode == "forward"]
+    assert {r.case for r in timed} == {"causal_sliding_window", "causal_sliding_window_w17"}
+    assert {r.shape["seq_len"] for r in timed} == {long}
 
 
 def test_flex_records_name_the_variant_they_ran(records):

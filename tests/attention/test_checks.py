@@ -21,6 +21,7 @@ CFG = AttentionConfig(
     block_sizes=(FLEX_BLOCK,),
     window=17,
     windows=(17,),
+    windows_seq_len=FLEX_SHAPE.seq_len,
     prefix_len=30,
     seq_lens=(FLEX_SHAPE.seq_len,),
     reps=6,

@@ -24,7 +24,8 @@ def test_defaults_cover_every_pattern():
     ("batch", 0, "attn_batch=0"),
     ("head_dim", -1, "attn_head_dim=-1"),
     ("window", 2048, "attn_window=2048 must be <= attn_seq_len=1024"),
-    ("windows", [32, 4096], "attn_windows"),
+    ("windows", [32, 8192], "attn_windows=.* all <= attn_windows_seq_len=4096"),
+    ("windows_seq_len", 64, "attn_windows_seq_len=64"),
     ("seq_lens", [], "attn_seq_lens"),
     ("patterns", ["causal", "diagonal"], "attn_patterns='diagonal'"),
     ("dtype", "float64", "attn_dtype='float64'"),
@@ -58,6 +59,7 @@ def test_memory_needs_count_the_reference_in_chunks_not_the_dense_score_matrix()
 
 @pytest.mark.parametrize("field, small, large", [
     ("seq_len", 512, 4096), ("seq_lens", (256,), (256, 8192)), ("batch", 1, 8),
+    ("windows_seq_len", 512, 8192),
     ("heads", 2, 32), ("head_dim", 16, 256),
 ])  # fmt: skip
 def test_memory_needs_grow_with_the_size_they_name(field, small, large):
