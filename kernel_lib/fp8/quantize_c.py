@@ -77,7 +77,8 @@ def _build() -> Path:
     command = [compiler, *flags, "-shared", "-fPIC", str(SOURCE), "-o", str(tmp)]
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
-        why = (built.stderr.strip().splitlines() or ["no message"])[-1][:160]
+        lines = built.stderr.strip().splitlines() or ["no message"]
+        why = next((line for line in lines if "error" in line), lines[-1])[:160]
         raise Unsupported(f"c_quantize: {Path(compiler).name} could not build it: {why}")
     tmp.replace(path)  # atomic: a concurrent run never loads half a file
     return path
