@@ -189,11 +189,11 @@ def tune_flex(
 ) -> tuple[FlexVariant, list[rec.Record]]:
     """(the flex variant to run `pattern` with, its records): forward of `pattern` (causal: the
     variant every other case runs) at the pattern sections' shape (S = `seq_len` if given)
-    through each of `cfg.flex_variants()` and the plain comparator (the same attention written plainly, through
-    torch.compile), checked then timed interleaved; ratios over the plain one. The fastest ok
-    variant is chosen by `variants.choose` (cached per machine; a variant slower than the plain
-    comparator is flagged). When none ran, the first variant is returned and every flex case
-    records the same reason."""
+    through each of `cfg.flex_variants()` and the plain comparator (the same attention written
+    plainly, through torch.compile), checked then timed interleaved; ratios over the plain one.
+    The fastest ok variant is chosen by `variants.choose` (cached per machine; a variant slower
+    than the plain comparator is flagged). When none ran, the first variant is returned and
+    every flex case records the same reason."""
     shape, config = cfg.shape(seq_len), cfg.pattern(pattern)
     qkv = make_qkv(shape, device=facts.device, seed=0)
     check = forward_check(config, *qkv)

@@ -26,7 +26,7 @@ import torch
 from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.formats import Fp8Format, format_info, fp8_format
 from kernel_lib.fp8.quantize import Fp8Tensor
-from kernel_lib.fp8.quantize_compiled import CastConstants, cast_constants
+from kernel_lib.fp8.quantize_compiled import CastConstants, cast_constants, output_for
 from kernel_lib.fp8.scaling import AMAX_EPS, Granularity, scale_from_amax
 
 SOURCE = Path(__file__).with_name("quantize_c.c")
@@ -110,19 +110,13 @@ def c_quantize(
             f"x must be a contiguous float32 CPU tensor, got {x.dtype} on {x.device}"
             + ("" if x.is_contiguous() else ", not contiguous")
         )
-    if granularity not in ("tensorwise", "rowwise"):
-        raise ValueError(f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise']")
+    out = output_for(x, fmt, out, granularity)
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous")
     if granularity == "rowwise" and x.dim() == 0:
         raise ValueError("rowwise scaling needs x with at least one dim")
     if (x.shape[-1] if granularity == "rowwise" else x.numel()) == 0:
         raise ValueError(f"{granularity} amax of an empty group: x.shape={tuple(x.shape)}")
-    if out is None:
-        out = torch.empty(x.shape, dtype=info.dtype)
-    elif out.shape != x.shape or out.dtype != info.dtype or not out.is_contiguous():
-        raise ValueError(
-            f"out must be contiguous {info.dtype} of shape {tuple(x.shape)}, "
-            f"got {out.dtype} {tuple(out.shape)}"
-        )
     lib, gran = _library(), Granularity(granularity)
     constants = _Constants(*map(int, dataclasses.astuple(cast_constants(fmt))))
     args = (constants, info.max, AMAX_EPS, torch.get_num_threads())

@@ -131,6 +131,25 @@ def _compiled(fmt: Fp8Format, gran: Granularity, cast: str, fuse_rows: bool):
     return torch.compile(impl, dynamic=False)
 
 
+def output_for(
+    x: torch.Tensor, fmt: Fp8Format, out: torch.Tensor | None, granularity: str
+) -> torch.Tensor:
+    """`out`, or a fresh `fmt` tensor of x's shape, for a dynamic tensorwise or rowwise quantise
+    into it. Raises ValueError if `out` is not of `fmt` and x's shape, or on another granularity."""
+    dtype = format_info(fmt).dtype
+    if out is None:
+        out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    elif out.shape != x.shape or out.dtype != dtype:
+        raise ValueError(
+            f"out must be {dtype} of shape {tuple(x.shape)}, got {out.dtype} {tuple(out.shape)}"
+        )
+    if granularity not in ("tensorwise", "rowwise"):
+        raise ValueError(
+            f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise'] here"
+        )
+    return out
+
+
 def compiled_quantize(
     x: torch.Tensor,
     *,
@@ -148,17 +167,7 @@ def compiled_quantize(
         does). First call compiles (seconds). Raises kernel_lib.checks.Unsupported once 64 graphs
     were compiled in this process (a skipped record, never an eager run under this name)."""
     fmt = fp8_format(fmt)
-    dtype = format_info(fmt).dtype
-    if out is None:
-        out = torch.empty(x.shape, dtype=dtype, device=x.device)
-    elif out.shape != x.shape or out.dtype != dtype:
-        raise ValueError(
-            f"out must be {dtype} of shape {tuple(x.shape)}, got {out.dtype} {tuple(out.shape)}"
-        )
-    if granularity not in ("tensorwise", "rowwise"):
-        raise ValueError(
-            f"granularity={granularity!r} must be one of ['tensorwise', 'rowwise'] here"
-        )
+    out = output_for(x, fmt, out, granularity)
     if cast not in CASTS:
         raise ValueError(f"cast={cast!r} must be one of {list(CASTS)}")
     if fuse_rows and (cast, granularity) != ("bits", "rowwise"):

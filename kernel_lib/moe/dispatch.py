@@ -82,7 +82,8 @@ def combine_sorted(y_sorted: Tensor, order: Tensor, routing: Routing, x: Tensor)
 
     Token-choice routings (routing.slot set) put the weighted rows into their (T, K) grid and
     sum the K columns with sum_slots (fp32 accumulation for bf16/fp16, rounded once; empty slots
-    are zeros); expert choice index_adds into an fp32 buffer. Scales y_sorted in place: the caller's buffer is consumed.
+    are zeros); expert choice index_adds into an fp32 buffer. Scales y_sorted in place: the
+    caller's buffer is consumed.
     Dropless, the grid is a gather through the inverse permutation (a row gather runs about
     twice as fast as the row scatter on CPU); with drops, a scatter into zeros.
     """
