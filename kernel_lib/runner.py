@@ -396,9 +396,14 @@ def run_plan(
                 progress=progress,
             )
             machine = machine_load(sample, machine_sample())
-            if output.exists():
-                to_html(output)
             result = dataclasses.replace(result, **identity, machine=machine)
+            if output.exists():
+                try:
+                    to_html(output)
+                except Exception as error:  # nbconvert's templates missing, say: keep the run
+                    reason = f"no HTML ({type(error).__name__}: {str(error).splitlines()[0]})"
+                    detail = "; ".join(filter(None, [result.detail, reason]))
+                    result = dataclasses.replace(result, detail=detail)
             if _keep_or_replace(staging, name, aside, result) and name in earlier:
                 before = earlier[name]
                 result = dataclasses.replace(

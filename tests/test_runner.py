@@ -204,6 +204,23 @@ def test_bad_repeat_exits_2_with_one_line(value, capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_failed_html_export_keeps_the_run(tmp_path, write_notebook, monkeypatch):
+    """On an H100 with nbconvert's templates missing, the export raised and the run was lost."""
+    plan = _one_notebook(tmp_path, write_notebook, "x = 1")
+
+    def no_templates(notebook):
+        raise ValueError("No template sub-directory with name 'lab' found in:\n\t/usr/share")
+
+    monkeypatch.setattr(runner, "to_html", no_templates)
+    out = tmp_path / "out"
+    (result,) = runner.run_plan(plan, out, progress=False)
+    assert result.status == "ok" and (out / "timed.ipynb").exists() and (out / "run.json").exists()
+    assert (
+        result.detail
+        == "no HTML (ValueError: No template sub-directory with name 'lab' found in:)"
+    )
+
+
 def test_a_notebook_run_on_a_busy_machine_is_flagged(tmp_path, write_notebook, monkeypatch):
     plan = _one_notebook(
         tmp_path,

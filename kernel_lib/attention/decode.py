@@ -82,7 +82,7 @@ def make_inputs(shape: DecodeShape, *, device, seed: int = 0) -> tuple[Tensor, T
 
 def _doc_ids(lengths: list[int], device) -> Tensor:
     return torch.repeat_interleave(
-        torch.arange(len(lengths), device=device), torch.tensor(lengths)
+        torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device)
     )
 
 

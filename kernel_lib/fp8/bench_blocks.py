@@ -213,7 +213,7 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
                 )
             )
             label = f"fp64 FP8 reference ({fmt} {recipe}) at M=K=N={n}"
-            native_tol, _ = block_tolerances(recipe, torch.bfloat16)
+            native_tol, _ = block_tolerances(recipe, torch.bfloat16, x.device)
             candidates.append(
                 Candidate(
                     f"block_linear_{recipe}",
@@ -228,7 +228,7 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
                 candidates.append(_skip(case, name, emulated, facts, fmt))
                 continue
             qx, qw = quantize_operands(x, w, recipe=recipe, fmt=fmt)
-            split_tol, _ = block_tolerances(recipe, torch.float32)
+            split_tol, _ = block_tolerances(recipe, torch.float32, x.device)
             candidates.append(
                 Candidate(
                     name,

@@ -28,6 +28,12 @@ TOLERANCES = {
         "fp32 accumulation over K: ~sqrt(K) * 2^-24 of the output scale, "
         "<= 2^-17 for K <= 2^14, doubled",
     ),
+    "tensor_core_out": Tolerance(
+        2**-10,
+        "fp32 output of an FP8 tensor-core GEMM: Hopper's FP8 MMA keeps ~14 bits while it "
+        "accumulates (DeepSeek-V3 report, 3.3.2) until cuBLAS promotes to fp32, ~sqrt(128) x "
+        "2^-14 = 2^-10.5; H100 measured 1.7e-4 to 2.8e-4",
+    ),
     "bf16_out": Tolerance(
         2**-7,
         "two bf16 roundings (2 x 2^-9: rowwise kernels round the product "
@@ -63,10 +69,12 @@ TOLERANCES = {
 }
 
 
-def out_tolerance(granularity: str, out_dtype: torch.dtype) -> Tolerance:
-    """The bound against the FP8 reference: rowwise `_scaled_mm` always produces bf16 first."""
-    bf16 = out_dtype == torch.bfloat16 or granularity == "rowwise"
-    return TOLERANCES["bf16_out" if bf16 else "fp32_out"]
+def out_tolerance(granularity: str, out_dtype: torch.dtype, device="cpu") -> Tolerance:
+    """The bound against the FP8 reference: rowwise `_scaled_mm` always produces bf16 first; a
+    GPU's FP8 tensor cores accumulate in less than fp32, the CPU's emulation in fp32."""
+    if out_dtype == torch.bfloat16 or granularity == "rowwise":
+        return TOLERANCES["bf16_out"]
+    return TOLERANCES["fp32_out" if torch.device(device).type == "cpu" else "tensor_core_out"]
 
 
 def _skipped(device: str) -> pd.DataFrame | None:
@@ -106,7 +114,7 @@ def scaled_mm_check(
             e_ref = relative_error(out, fp8_linear_reference(a, b, fmt=fmt, granularity=gran))
             e_full = relative_error(out, full)
             ok = (
-                e_ref <= out_tolerance(gran, torch.float32).value
+                e_ref <= out_tolerance(gran, torch.float32, device).value
                 and e_full <= TOLERANCES["vs_unquantised"].value
             )
             rows.append(
@@ -165,7 +173,7 @@ def linear_check(
         }
         grad_tol = TOLERANCES["grad_vs_fp32"].value
         ok = (
-            row["out_vs_fp8_reference"] <= out_tolerance(gran, torch.float32).value
+            row["out_vs_fp8_reference"] <= out_tolerance(gran, torch.float32, device).value
             and row["out_vs_fp32"] <= TOLERANCES["vs_unquantised"].value
             and max(row["grad_x_vs_fp32"], row["grad_w_vs_fp32"]) <= grad_tol
         )
@@ -173,11 +181,12 @@ def linear_check(
     return pd.DataFrame(rows)
 
 
-def block_tolerances(recipe: str, out_dtype: torch.dtype) -> tuple[Tolerance, Tolerance]:
+def block_tolerances(
+    recipe: str, out_dtype: torch.dtype, device="cpu"
+) -> tuple[Tolerance, Tolerance]:
     """(bound against the fp64 FP8 reference, bound against fp64 of the unquantised inputs)."""
-    bf16 = out_dtype == torch.bfloat16
     full = TOLERANCES["mx_vs_unquantised" if recipe == "mxfp8" else "vs_unquantised"]
-    return TOLERANCES["bf16_out" if bf16 else "fp32_out"], full
+    return out_tolerance(recipe, out_dtype, device), full
 
 
 BLOCK_PATHS = {  # implementation -> (the call on quantised operands, its output dtype)
@@ -235,7 +244,7 @@ def block_gemm_check(
                     lambda: path(qx, qw, out_dtype=out_dtype),  # noqa: B023 (called at once)
                     reference,
                     full,
-                    block_tolerances(recipe, out_dtype),
+                    block_tolerances(recipe, out_dtype, device),
                 )
                 rows.append(
                     {"M": m, "K": k, "N": n, "recipe": recipe, "implementation": name} | row

@@ -58,7 +58,7 @@ def preset_case(cfg: MoEBenchConfig, facts: DeviceFacts, model: MoEPreset):
     gen = torch.Generator().manual_seed(1)
     gate_bias = torch.randn(model.num_experts, generator=gen) if model.router_bias else None
     skew = zipf_offsets(model.num_experts, cfg.preset_zipf)
-    logits = router_logits(case.x, case.gate.cpu(), gate_bias).cpu() + skew
+    logits = router_logits(case.x.cpu(), case.gate.cpu(), gate_bias) + skew
     return dataclasses.replace(case, routing=model.route(logits.to(case.x.device)))
 
 

@@ -53,6 +53,15 @@ def test_cross_document_mask_by_its_definition():
     assert torch.equal(mod(0, 0, torch.arange(13)[:, None], torch.arange(50)[None, :]), expected)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA/AMD GPU")
+def test_cross_document_mask_on_the_gpu():
+    """Its document ids are built on the mask's device (an H100 run failed here on CPU ids)."""
+    shape = SHAPES["cross_document"]
+    mod = decode.mask_mod(shape, "cuda")
+    idx = torch.arange(13, device="cuda")[:, None], torch.arange(50, device="cuda")[None, :]
+    assert torch.equal(mod(0, 0, *idx).cpu(), decode.dense_mask(shape))
+
+
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_compiled_flex_matches_reference(name):
     shape = SHAPES[name]
