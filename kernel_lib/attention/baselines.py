@@ -18,9 +18,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from kernel_lib.attention.patterns import PatternConfig
 from kernel_lib.attention.reference import (
     attention_reference,
-    dense_bias,
     dense_mask,
     dense_softcap,
+    rounded_bias,
     sdpa_mask,
 )
 from kernel_lib.checks import Unsupported
@@ -91,7 +91,7 @@ def attention_naive(q: Tensor, k: Tensor, v: Tensor, config: PatternConfig) -> T
     """The materialised-scores reference in the input dtype: the cost flex avoids."""
     S, H = q.shape[-2], q.shape[1]
     mask = dense_mask(config, S).to(q.device)
-    bias = dense_bias(config, S, H, dtype=q.dtype, device=q.device)
+    bias = rounded_bias(config, S, H, mask, q.dtype, device=q.device)
     return attention_reference(
         q, k, v, mask=mask, bias=bias, softcap=dense_softcap(config), compute_dtype=q.dtype
     ).to(q.dtype)

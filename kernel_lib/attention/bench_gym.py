@@ -138,7 +138,9 @@ def time_temporal_heads(
         dtype=shape.dtype,
     )
     pairs = float(mask.sum()) * shape.batch * shape.head_dim * 4.0  # 2 matmuls, per head's pairs
-    sparsity = temporal_heads.block_sparsity(layout, shape.heads, block_size=block_size)
+    sparsity = temporal_heads.block_sparsity(
+        layout, shape.heads, block_size=block_size, device=facts.device
+    )
     candidates = [
         Candidate(
             FLEX_TEMPORAL_HEADS,

@@ -92,18 +92,9 @@ def _checked(records: list[rec.Record]) -> pd.DataFrame:
 
 def correctness_table(records: list[rec.Record]) -> pd.DataFrame:
     """PASS/FAIL per case (rows) and implementation (columns) of every checked record; '-' where
-    it did not run. Stable across machines (no error digits). Raises AssertionError naming every
-    wrong record."""
+    it did not run. Stable across machines (no error digits). A FAIL does not stop the notebook:
+    its records are saved, and the runner fails the notebook for every `wrong` one."""
     frame = _checked(records)
-    wrong = frame[frame["status"] == "wrong"]
-    if len(wrong):
-        names = [
-            f"{c}/{i}/{m}: {r}"
-            for c, i, m, r in zip(
-                wrong["case"], wrong["implementation"], wrong["mode"], wrong["reason"]
-            )
-        ]
-        raise AssertionError("wrong results: " + "; ".join(names))
     frame = frame.assign(result=frame["check.pass"].map({True: "PASS", False: "FAIL"}))
     table = frame.pivot_table(
         index=["case", "mode"],

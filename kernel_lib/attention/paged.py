@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -120,10 +121,23 @@ def _block_mask(
     )
 
 
+_TABLE_KEYS: dict[int, tuple] = {}  # id(table) -> (a weak reference to it, its rows as a key)
+
+
+def table_key(table: Tensor) -> tuple:
+    """The table's rows as a hashable key, read once per table tensor: a read per call would
+    wait for the GPU inside every timed call. Tables are never changed in place."""
+    ref, key = _TABLE_KEYS.get(id(table), (None, None))
+    if ref is None or ref() is not table:
+        key = tuple(map(tuple, table.tolist()))
+        _TABLE_KEYS[id(table)] = (weakref.ref(table), key)
+    return key
+
+
 def paged_block_mask(cache: PagedCache, q_len: int) -> BlockMask:
     """The cached BlockMask of the cache's table (per sequence; key tile = one page)."""
     num_pages = cache.k_pool.shape[2] // cache.page_size
-    key = tuple(map(tuple, cache.block_table.tolist()))
+    key = table_key(cache.block_table)
     return _block_mask(
         key, num_pages, cache.page_size, cache.kv_len, q_len, str(cache.k_pool.device)
     )

@@ -288,7 +288,11 @@ def sandwich_slopes(num_heads: int, device="cpu") -> Tensor:
 def _sandwich_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
     i = torch.arange(config.sandwich_dim // 2, dtype=torch.float64, device=offsets.device)
     freqs = 10000.0 ** (-2.0 * i / config.sandwich_dim)
-    bias = torch.cos(offsets.double().abs()[..., None] * freqs).sum(dim=-1)
+    distance = offsets.abs()  # one cosine sum per distance, not an (R, S, d/2) tensor
+    table = torch.cos(
+        torch.arange(int(distance.max()) + 1, device=offsets.device)[:, None] * freqs
+    )
+    bias = table.sum(dim=-1)[distance]
     return sandwich_slopes(num_heads, offsets.device).double()[:, None, None] * bias[None]
 
 

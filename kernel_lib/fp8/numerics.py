@@ -84,7 +84,7 @@ def relative_errors(x: torch.Tensor, *, formats: list[str], granularity: str) ->
     for fmt in formats:
         back = dequantize(quantize(x, fmt=fmt, granularity=granularity), dtype=torch.float64)
         err = ((back - x.double()).abs() / x.double().abs())[nz]
-        frames.append(pd.DataFrame({"format": fmt, "rel_error": err.numpy()}))
+        frames.append(pd.DataFrame({"format": fmt, "rel_error": err.cpu().numpy()}))
     return pd.concat(frames, ignore_index=True)
 
 

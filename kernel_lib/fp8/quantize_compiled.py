@@ -104,6 +104,11 @@ def _quantize_impl(
     return group_amax if fuse_rows else (group_amax, scale)
 
 
+# Triton's fp32 `/` is an approximate division (up to 2 ulp) unless Inductor is told to emit
+# div_rn: the scale must be eager's correctly rounded quotient on a GPU too. (C++ is exact.)
+EXACT_DIVISION = {"eager_numerics.division_rounding": True}
+
+
 def _scale(group_amax: torch.Tensor, fp8_max: float) -> torch.Tensor:
     """fp8_max / amax as a true division (`fp8_max / t` compiles to a reciprocal and a multiply,
     which rounds differently), the same in eager and in the compiled graph."""
@@ -176,7 +181,10 @@ def compiled_quantize(
     # Every (format, granularity, shape) is its own graph of one function: raise the per-function
     # limit from 8, and say so rather than silently run eager when it is hit.
     try:
-        with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
+        with (
+            torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True),
+            torch._inductor.config.patch(EXACT_DIVISION),
+        ):
             codes = out.view(torch.uint8) if cast == "bits" else out
             got = _compiled(fmt, gran, cast, fuse_rows)(x, codes)
     except torch._dynamo.exc.FailOnRecompileLimitHit as why:

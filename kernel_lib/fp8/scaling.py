@@ -139,7 +139,7 @@ def scale_from_amax(
     fmax = format_info(fmt).max
     denominator = amax.float().clamp(min=AMAX_EPS) * 2.0**margin
     # torch.div, not `fmax / tensor`: Tensor.__rtruediv__ is reciprocal-then-multiply (two roundings)
-    return torch.div(torch.tensor(fmax, dtype=torch.float32, device=amax.device), denominator)
+    return torch.div(torch.full_like(denominator, fmax), denominator)  # no host-to-device copy
 
 
 def scale_product(x: torch.Tensor, scale: torch.Tensor, gran: Granularity) -> torch.Tensor:

@@ -71,11 +71,12 @@ def make_model(
 def regression_data(cfg: TrainConfig, *, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets), each (steps, R, D): N(0, 1) inputs and the teacher's outputs on them,
     scaled to unit variance so every run starts near loss 1."""
-    teacher, _ = make_model(cfg, seed=cfg.seed + 1000)
+    teacher, _ = make_model(cfg, seed=cfg.seed + 1000, device=device)
     gen = torch.Generator().manual_seed(cfg.seed)
-    x = torch.randn(cfg.steps, cfg.rows, cfg.dim, generator=gen)
-    y = teacher(x)
-    return x.to(device), (y / y.std()).to(device)
+    x = torch.randn(cfg.steps, cfg.rows, cfg.dim, generator=gen).to(device)
+    # a step at a time, on the device: all at once held (steps, R, F) activations on the host
+    y = torch.stack([teacher(batch) for batch in x])
+    return x, y / y.std()
 
 
 def train(

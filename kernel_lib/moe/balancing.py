@@ -44,7 +44,7 @@ def update_bias(bias: Tensor, counts: Tensor, *, gamma: float) -> Tensor:
     to be chosen, over-loaded ones less. counts: (E,) assignments of the last step."""
     if not (math.isfinite(gamma) and gamma >= 0):
         raise ValueError(f"gamma={gamma} must be a finite number >= 0")
-    counts = counts.to(bias.dtype)
+    counts = counts.to(bias)  # bias's dtype and device
     return bias + gamma * torch.sign(counts.mean() - counts)
 
 

@@ -16,7 +16,7 @@ from kernel_lib import checks
 from kernel_lib.config import dtype_name, parse_dtype
 from kernel_lib.moe.capacity import apply_capacity, expert_capacity
 from kernel_lib.moe.dispatch import dispatch_loop
-from kernel_lib.moe.experts import FeedForwardExperts
+from kernel_lib.moe.experts import FeedForwardExperts, replayed_activation
 from kernel_lib.moe.routing import Routing, check_top_k, route_topk
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
@@ -136,11 +136,29 @@ def reference(case: MoECase) -> Tensor:
         return dispatch_loop(case.x.double(), case.routing, fp64_experts(case.experts))
 
 
+class _ReplayedKinks:
+    """fp64 experts whose activation kinks follow the case's own pre-activations, as the routing
+    does: one pre-activation that bf16 and fp64 put on opposite sides of ReLU's zero moves a weight
+    gradient by a whole x * dh term, ~5 % of its max at D=1024, at any working precision."""
+
+    def __init__(self, case: MoECase, experts: FeedForwardExperts):
+        self.case, self.experts = case, experts
+
+    def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
+        with torch.no_grad():
+            h_case = self.case.x[token_idx] @ self.case.experts.w_in[e]
+        h = replayed_activation(
+            x[token_idx] @ self.experts.w_in[e], h_case, self.experts.activation
+        )
+        return h @ self.experts.w_out[e]
+
+
 def reference_grads(case: MoECase) -> tuple[Tensor, Tensor]:
-    """fp64 (dL/dw_in, dL/dw_out) of L = <y, grad_out>, y the fp64 loop over experts."""
+    """fp64 (dL/dw_in, dL/dw_out) of L = <y, grad_out>, y the fp64 loop over experts with the
+    case's activation kinks (_ReplayedKinks)."""
     experts = fp64_experts(case.experts, trainable=True)
     with torch.enable_grad():
-        y = dispatch_loop(case.x.double(), case.routing, experts)
+        y = dispatch_loop(case.x.double(), case.routing, _ReplayedKinks(case, experts))
         return torch.autograd.grad(y, [experts.w_in, experts.w_out], case.grad_out.double())
 
 

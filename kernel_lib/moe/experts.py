@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 ACTIVATIONS = ("relu", "gelu", "swiglu", "swiglu_clamped")
 GATED = ("swiglu", "swiglu_clamped")  # w_in is 2F wide, laid out [gate | up]
+SWIGLU_LIMIT, SWIGLU_ALPHA = 7.0, 1.702  # gpt-oss's clamp and sigmoid scale
 
 
 def _check_positive(**sizes: int) -> None:
@@ -33,7 +34,9 @@ def in_width(ffn: int, activation: str) -> int:
     return 2 * ffn if activation in GATED else ffn
 
 
-def swiglu_clamped_reference(h: Tensor, *, limit: float = 7.0, alpha: float = 1.702) -> Tensor:
+def swiglu_clamped_reference(
+    h: Tensor, *, limit: float = SWIGLU_LIMIT, alpha: float = SWIGLU_ALPHA
+) -> Tensor:
     """fp64 twin of swiglu_clamped, element by element as GptOssExperts writes it."""
     f = h.shape[-1] // 2
     rows = []
@@ -46,7 +49,9 @@ def swiglu_clamped_reference(h: Tensor, *, limit: float = 7.0, alpha: float = 1.
     return torch.tensor(rows, dtype=torch.float64).view(h.shape[0], f)
 
 
-def swiglu_clamped(h: Tensor, *, limit: float = 7.0, alpha: float = 1.702) -> Tensor:
+def swiglu_clamped(
+    h: Tensor, *, limit: float = SWIGLU_LIMIT, alpha: float = SWIGLU_ALPHA
+) -> Tensor:
     """gpt-oss's expert activation of h (n, 2F) laid out [gate | up] (gpt-oss stores the two
     interleaved, a weight layout): gate clamped above at `limit`, up to [-limit, limit], then
     (up + 1) * gate * sigmoid(alpha * gate). Returns (n, F) in h's dtype."""
@@ -69,6 +74,20 @@ def activate(h: Tensor, activation: str, *, inplace: bool = False) -> Tensor:
         return swiglu_clamped(h)
     gate, up = h.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def replayed_activation(h: Tensor, h_case: Tensor, activation: str) -> Tensor:
+    """activate(h) with its kinks where `h_case` (the same pre-activations in the case's dtype)
+    has them: ReLU passes h where h_case > 0, the clamped SwiGLU holds its limits where h_case
+    passed them. Smooth activations have no kinks and run as they are."""
+    if activation == "relu":
+        return h * (h_case > 0)
+    if activation != "swiglu_clamped":
+        return activate(h, activation)
+    (gate, up), (gate_case, up_case) = h.chunk(2, dim=-1), h_case.chunk(2, dim=-1)
+    gate = torch.where(gate_case > SWIGLU_LIMIT, SWIGLU_LIMIT, gate)
+    up = torch.where(up_case.abs() > SWIGLU_LIMIT, SWIGLU_LIMIT * up_case.sign(), up)
+    return (up + 1) * gate * F.sigmoid(SWIGLU_ALPHA * gate)
 
 
 class FeedForwardExperts(nn.Module):

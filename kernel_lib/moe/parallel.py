@@ -32,7 +32,7 @@ def shard_experts(experts: FeedForwardExperts, rank: int, world_size: int) -> Fe
     with torch.no_grad():
         shard.w_in.copy_(experts.w_in[rank * local : (rank + 1) * local])
         shard.w_out.copy_(experts.w_out[rank * local : (rank + 1) * local])
-    return shard.to(experts.w_in.dtype)
+    return shard.to(experts.w_in)  # its device and dtype
 
 
 def _local_routing(expert_of_row: Tensor, num_local: int) -> Routing:

@@ -7,7 +7,12 @@ import torch
 
 from kernel_lib.attention import bench, flex, patterns
 from kernel_lib.attention.baselines import sdpa_attention
-from kernel_lib.attention.checks import TOLERANCES, backward_check, forward_check
+from kernel_lib.attention.checks import (
+    TOLERANCES,
+    backward_check,
+    correctness_table,
+    forward_check,
+)
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.patterns import PatternConfig
 
@@ -54,6 +59,10 @@ def test_causal_mask_replaced_by_full_is_wrong(monkeypatch, cpu_facts):
     assert status[(bench.FLEX, "first_call")] == "wrong"  # the compile's output, checked too
     assert status[("sdpa_math", "forward")] == "wrong"  # SDPA took the pattern as full too
     assert status[(bench.NAIVE, "forward")] == "ok"  # the dense mask was left intact
+    # shown as FAIL, not raised: the notebook goes on to save them and the runner fails it
+    table = correctness_table(records)
+    assert table.loc[("causal", "forward"), bench.FLEX] == "FAIL"
+    assert table.loc[("causal", "forward"), bench.NAIVE] == "PASS"
 
 
 def test_wrong_gradient_fails_the_backward_check():

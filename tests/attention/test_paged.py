@@ -42,6 +42,13 @@ def test_flex_over_the_pool_matches_reference():
     assert out.shape == q.shape and result.passed, result
 
 
+def test_the_table_is_read_once_per_tensor():
+    table = torch.tensor([[2, 0], [1, 3]])
+    assert paged.table_key(table) is paged.table_key(table) == ((2, 0), (1, 3))
+    other = table.flip(0)  # another tensor: read on its own
+    assert paged.table_key(other) == ((1, 3), (2, 0))
+
+
 def test_wrong_block_table_fails_the_check():
     q, k, v, cache = _cache()
     swapped = cache.block_table.clone()

@@ -172,6 +172,11 @@ def test_sandwich_bias_at_offset_zero_is_half_the_dimension_times_the_slope():
     assert torch.allclose(bias[:, 2, 2], torch.tensor([4 * 2 / 8, 4 * 2 / 16], dtype=bias.dtype))
     assert torch.allclose(bias, bias.transpose(-1, -2))  # depends on |q - kv| only
 
+    offsets = torch.arange(5)[None, :] - torch.arange(5)[:, None]
+    freqs = 10000.0 ** (-2.0 * torch.arange(4, dtype=torch.float64) / 8)
+    direct = torch.cos(offsets.abs()[..., None] * freqs).sum(-1)  # the paper's sum per pair
+    assert torch.allclose(bias[0], direct / 4, atol=1e-12)
+
 
 def test_a_wrong_neighbourhood_radius_fails_the_comparison():
     # teeth: the flex-side mask built with another radius differs from the reference

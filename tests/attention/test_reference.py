@@ -55,6 +55,23 @@ def test_sdpa_mask_carries_bias_and_mask():
     assert torch.isinf(mask[0, :, 0, 1:]).all() and mask[0, 1, 4, 2] < 0  # masked future, past < 0
 
 
+def test_sdpa_mask_shifts_each_row_before_rounding_the_bias():
+    """Sandwich's diagonal bias reaches 128 at 16 heads, where bf16 steps by 0.5: rounded as is,
+    the softmax weights move by over 1e-2; shifted by each row's largest attended bias, 4e-4."""
+    config, S, H = PatternConfig("sandwich"), 64, 16
+    allowed = dense_mask(config, S)
+    bias = reference.dense_bias(config, S, H)
+
+    def weights(b):
+        return torch.softmax(b.double().masked_fill(~allowed, float("-inf")), dim=-1)
+
+    exact = weights(bias)
+    shifted = sdpa_mask(config, S, H, torch.bfloat16)[0]
+    assert float(shifted.masked_fill(~allowed, float("-inf")).amax(-1).abs().max()) == 0.0
+    assert float((weights(shifted) - exact).abs().max()) < 1e-3
+    assert float((weights(bias.to(torch.bfloat16)) - exact).abs().max()) > 1e-2  # teeth
+
+
 def test_softcap_bounds_scores():
     q, k, v = fp64(*qkv_for(5, 1))
     capped = attention_reference(q * 100, k * 100, v, softcap=1.0)

@@ -21,6 +21,13 @@ def test_launch_and_sync_latency_are_checked_and_measured_per_launch(cpu_target,
     assert burst.metrics["us_per_launch"] == pytest.approx(burst.median_ms * 1e3 / 100)
 
 
+def test_the_sync_latency_waits_for_the_device_in_every_call(monkeypatch, cpu_target, tiny):
+    waits = []
+    monkeypatch.setattr(costs, "synchronize", lambda device: waits.append(str(device)))
+    records = launch_latency(cpu_target, tiny)
+    assert len(waits) >= records[1].reps and set(waits) == {"cpu"}
+
+
 def test_a_dropped_launch_is_recorded_wrong(monkeypatch, cpu_target, tiny):
     real = costs.add_chain
     monkeypatch.setattr(costs, "add_chain", lambda x, n: real(x, n - 1) if n > 1 else real(x, n))

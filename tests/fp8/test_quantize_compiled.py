@@ -90,3 +90,20 @@ def test_recompile_limit_becomes_unsupported(monkeypatch):
     monkeypatch.setattr(quantize_compiled, "_compiled", lambda *key: limit_hit)
     with pytest.raises(Unsupported, match="recompile limit"):
         compiled_quantize(torch.randn(4, 16))
+
+
+def test_compiles_with_exact_division(monkeypatch):
+    """A GPU's Triton `/` is approximate: the scale's division must compile to div_rn there."""
+    seen = []
+
+    def record(*key):
+        def run(x, codes):
+            seen.append(torch._inductor.config.eager_numerics.division_rounding)
+            raise torch._dynamo.exc.FailOnRecompileLimitHit("stop here")
+
+        return run
+
+    monkeypatch.setattr(quantize_compiled, "_compiled", record)
+    with pytest.raises(Unsupported):
+        compiled_quantize(torch.randn(4, 16))
+    assert seen == [True] and not torch._inductor.config.eager_numerics.division_rounding

@@ -6,7 +6,14 @@ import torch
 from kernel_lib.fp8 import linear
 from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig
 from kernel_lib.fp8.quantize import Fp8Tensor
-from kernel_lib.fp8.training import TrainConfig, loss_checks, make_model, train, training_runs
+from kernel_lib.fp8.training import (
+    TrainConfig,
+    loss_checks,
+    make_model,
+    regression_data,
+    train,
+    training_runs,
+)
 
 CFG = TrainConfig(steps=20, rows=128)
 SEEDS = [0, 1, 2]
@@ -14,6 +21,16 @@ SEEDS = [0, 1, 2]
 
 def _checks():
     return loss_checks(training_runs(CFG, recipes=["tensorwise_dynamic"], seeds=SEEDS))
+
+
+def test_targets_are_the_teachers_outputs_at_unit_variance():
+    cfg = TrainConfig(steps=3, rows=8)
+    x, y = regression_data(cfg)
+    teacher, _ = make_model(cfg, seed=cfg.seed + 1000)
+    with torch.no_grad():
+        expected = teacher(x)  # the whole batch at once; the data are made a step at a time
+    torch.testing.assert_close(y, expected / expected.std())
+    assert abs(float(y.std()) - 1.0) < 1e-6
 
 
 def test_every_linear_is_fp8_and_trained():

@@ -11,6 +11,7 @@ from kernel_lib.moe.experts import (
     LoRAExperts,
     SharedExpert,
     activate,
+    replayed_activation,
 )  # fmt: skip
 
 
@@ -24,6 +25,28 @@ def test_activations_hand_values():
     clamped = torch.tensor([[9.0, -9.0]])  # gate clamped to 7, up to -7
     assert activate(clamped, "swiglu_clamped").item() == pytest.approx(
         -6 * 7 / (1 + math.exp(-1.702 * 7))
+    )
+
+
+def test_replayed_relu_takes_its_zero_from_the_case():
+    h = torch.tensor([[1e-9, -1e-9, 2.0, -3.0]], dtype=torch.float64, requires_grad=True)
+    h_case = torch.tensor([[-0.5, 0.5, 1.0, -1.0]])  # the first two on the other side of 0
+    out = replayed_activation(h, h_case, "relu")
+    out.sum().backward()
+    assert out.tolist() == [[0.0, -1e-9, 2.0, 0.0]] and h.grad.tolist() == [[0.0, 1.0, 1.0, 0.0]]
+
+
+def test_replayed_clamped_swiglu_holds_the_limits_where_the_case_passed_them():
+    # [gate | up]: gate just under 7 where the case clamped it; up just over 7 where it did not
+    h = torch.tensor([[6.999, 7.001]], dtype=torch.float64, requires_grad=True)
+    h_case = torch.tensor([[7.01, 6.99]])
+    out = replayed_activation(h, h_case, "swiglu_clamped")
+    assert math.isclose(out.item(), (7.001 + 1) * 7.0 / (1 + math.exp(-1.702 * 7.0)))
+    out.sum().backward()
+    assert h.grad[0, 0] == 0 and h.grad[0, 1] > 0  # the gate held at its limit, up passes
+    same = torch.tensor([[0.3, -2.0]], dtype=torch.float64)
+    assert torch.equal(
+        replayed_activation(same, same, "swiglu_clamped"), activate(same, "swiglu_clamped")
     )
 
 
