@@ -129,8 +129,9 @@ def table_key(table: Tensor) -> tuple:
     wait for the GPU inside every timed call. Tables are never changed in place."""
     ref, key = _TABLE_KEYS.get(id(table), (None, None))
     if ref is None or ref() is not table:
-        key = tuple(map(tuple, table.tolist()))
-        _TABLE_KEYS[id(table)] = (weakref.ref(table), key)
+        key, ident = tuple(map(tuple, table.tolist())), id(table)
+        # the entry goes with its tensor, before the id can be reused
+        _TABLE_KEYS[ident] = (weakref.ref(table, lambda _: _TABLE_KEYS.pop(ident, None)), key)
     return key
 
 

@@ -51,13 +51,14 @@ def rounded_bias(
     *,
     device: torch.device | str = "cpu",
 ) -> Tensor | None:
-    """dense_bias in `dtype`, each query row first shifted by its largest attended value: softmax
-    ignores a per-row shift, and bf16 would round sandwich's diagonal biases near 128 in steps of
-    0.5 (~5 % error at S=8192). Unshifted under a soft-cap, which does not commute with a shift."""
+    """dense_bias in `dtype` (mask: the pattern's, on `device`), each query row first shifted by
+    its largest attended value: softmax ignores a per-row shift, and bf16 would round sandwich's
+    diagonal biases near 128 in steps of 0.5 (~5 % error at S=8192). Unshifted under a soft-cap,
+    which does not commute with a shift."""
     bias = dense_bias(config, seq_len, num_heads, device=device)
     if bias is None or dense_softcap(config) is not None:
         return None if bias is None else bias.to(dtype)
-    top = bias.masked_fill(~mask.to(device), float("-inf")).amax(-1, keepdim=True)
+    top = bias.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
     return (bias - top.nan_to_num(neginf=0.0)).to(dtype)
 
 

@@ -62,7 +62,10 @@ def launch_latency(target: Target, cfg: BackendConfig) -> list[Record]:
     device = target.facts.device
     x = torch.zeros(1, device=device)
     records = []
-    for case, launches in (("launch_latency", LAUNCHES), ("sync_latency", 1)):
+    for case, launches, run in (
+        ("launch_latency", LAUNCHES, add_chain),
+        ("sync_latency", 1, round_trip),
+    ):
         shape = {"launches": launches}
         if case == "launch_latency" and is_lazy(device):
             reason = (
@@ -75,7 +78,6 @@ def launch_latency(target: Target, cfg: BackendConfig) -> list[Record]:
         check = checks.exact(
             torch.full((1,), float(launches)), reference=f"{launches} added to zero"
         )
-        run = round_trip if case == "sync_latency" else add_chain
         candidate = Candidate("add_one_element", lambda n=launches, run=run: run(x, n), check)
         records += _per_launch(
             compare(

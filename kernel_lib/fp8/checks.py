@@ -69,12 +69,17 @@ TOLERANCES = {
 }
 
 
-def out_tolerance(granularity: str, out_dtype: torch.dtype, device="cpu") -> Tolerance:
-    """The bound against the FP8 reference: rowwise `_scaled_mm` always produces bf16 first; a
-    GPU's FP8 tensor cores accumulate in less than fp32, the CPU's emulation in fp32."""
-    if out_dtype == torch.bfloat16 or granularity == "rowwise":
+def output_bound(out_dtype: torch.dtype, device="cpu") -> Tolerance:
+    """The bound against the FP8 reference of a GEMM with `out_dtype` output on `device`: a GPU's
+    FP8 tensor cores accumulate in less than fp32, the CPU's emulation in fp32."""
+    if out_dtype == torch.bfloat16:
         return TOLERANCES["bf16_out"]
     return TOLERANCES["fp32_out" if torch.device(device).type == "cpu" else "tensor_core_out"]
+
+
+def out_tolerance(granularity: str, out_dtype: torch.dtype, device="cpu") -> Tolerance:
+    """output_bound, where rowwise `_scaled_mm` always produces bf16 first."""
+    return output_bound(torch.bfloat16 if granularity == "rowwise" else out_dtype, device)
 
 
 def _skipped(device: str) -> pd.DataFrame | None:
@@ -186,7 +191,7 @@ def block_tolerances(
 ) -> tuple[Tolerance, Tolerance]:
     """(bound against the fp64 FP8 reference, bound against fp64 of the unquantised inputs)."""
     full = TOLERANCES["mx_vs_unquantised" if recipe == "mxfp8" else "vs_unquantised"]
-    return out_tolerance(recipe, out_dtype, device), full
+    return output_bound(out_dtype, device), full
 
 
 BLOCK_PATHS = {  # implementation -> (the call on quantised operands, its output dtype)

@@ -56,8 +56,12 @@ def swiglu_clamped(
     interleaved, a weight layout): gate clamped above at `limit`, up to [-limit, limit], then
     (up + 1) * gate * sigmoid(alpha * gate). Returns (n, F) in h's dtype."""
     gate, up = h.chunk(2, dim=-1)
-    gate = gate.clamp(max=limit)
-    return (up.clamp(-limit, limit) + 1) * gate * F.sigmoid(alpha * gate)
+    return _gated_sigmoid(gate.clamp(max=limit), up.clamp(-limit, limit), alpha)
+
+
+def _gated_sigmoid(gate: Tensor, up: Tensor, alpha: float = SWIGLU_ALPHA) -> Tensor:
+    """gpt-oss's (up + 1) * gate * sigmoid(alpha * gate) of the already clamped halves."""
+    return (up + 1) * gate * F.sigmoid(alpha * gate)
 
 
 def activate(h: Tensor, activation: str, *, inplace: bool = False) -> Tensor:
@@ -87,7 +91,7 @@ def replayed_activation(h: Tensor, h_case: Tensor, activation: str) -> Tensor:
     (gate, up), (gate_case, up_case) = h.chunk(2, dim=-1), h_case.chunk(2, dim=-1)
     gate = torch.where(gate_case > SWIGLU_LIMIT, SWIGLU_LIMIT, gate)
     up = torch.where(up_case.abs() > SWIGLU_LIMIT, SWIGLU_LIMIT * up_case.sign(), up)
-    return (up + 1) * gate * F.sigmoid(SWIGLU_ALPHA * gate)
+    return _gated_sigmoid(gate, up)
 
 
 class FeedForwardExperts(nn.Module):
