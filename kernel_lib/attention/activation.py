@@ -16,6 +16,7 @@ from torch.nn.attention.flex_attention import AuxRequest
 
 from kernel_lib.attention import mods
 from kernel_lib.attention.flex_call import call_flex, causal_block_mask
+from kernel_lib.attention.plain import check_score_memory
 
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}  # the two attention-gym demonstrates
 OFFSET = 1.0  # N: gelu >= -0.17 and relu >= 0, so f + 1 > 0 and its log is finite
@@ -49,7 +50,9 @@ def flex_activation(
 
 def activation_naive(q: Tensor, k: Tensor, v: Tensor, *, activation: str) -> Tensor:
     """The materialised (B, H, S, S) scores in the input dtype, f applied, the non-causal half
-    zeroed, times v: the plain baseline flex is compared with."""
+    zeroed, times v: the plain baseline flex is compared with (Unsupported over the score memory
+    limit)."""
+    check_score_memory(q)
     S = q.shape[-2]
     scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
     weights = activation_function(activation)(scores)

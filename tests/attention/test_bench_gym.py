@@ -76,3 +76,17 @@ def test_row_sampled_check_has_teeth():
 def test_bad_parameters_are_named(field, value):
     with pytest.raises(ValueError, match=f"attn_{field}"):
         AttentionConfig(**{field: value})
+
+
+def test_naive_baselines_refuse_scores_over_the_memory_limit(monkeypatch):
+    """Teeth: with the limit below this shape's scores, the temporal-heads and activation
+    sections record naive skipped with the reason instead of materialising them."""
+    monkeypatch.setattr("kernel_lib.attention.plain.MAX_SCORE_BYTES", 1024)
+    facts = device_facts()
+    heads = _by(bench_gym.time_temporal_heads(CFG, facts=facts, block_size=64), "temporal_heads")
+    acts = bench_gym.time_activations(CFG, facts=facts, block_size=64)
+    for record in [
+        heads["attention_naive"],
+        *(r for r in acts if r.implementation == "activation_naive"),
+    ]:
+        assert record.status == "skipped" and "GiB of scores" in record.reason, record
