@@ -3,8 +3,9 @@ the CPU it runs on, bit-exact with `quantize(..., nonfinite="nan")`: quantize_co
 arithmetic, which Inductor's C++ round-trips through a stack buffer at every int/float view and
 which the C compiler keeps in vector registers; on AVX-512 CPUs written with intrinsics (about 15
 instructions per 16 values) and fetching the next row while it casts this one. 64 MiB on an AMD
-EPYC (Zen 4, no AMX), 2 threads, in `bench fp8` over 4 runs: rowwise 0.80-0.94 of copy, tensorwise
-0.57-0.68 (the plain loops: 0.59-0.85 and 0.51-0.64); plain compiled 0.25-0.35.
+EPYC (Zen 4, no AMX), 2 threads, both builds and copy interleaved in one process (3 runs of 40
+rounds): rowwise 0.96-1.09 of copy (the plain loops 0.59-0.70; without the prefetch 0.63-0.77),
+tensorwise 0.60-0.70 (0.55-0.67). Streamed stores were tried and measured 10-20% slower.
 
 The shared library is built once with the system C compiler (`cc`, or $CC): -O3 for this CPU
 (-march=native, or the x86-64 level ATEN_CPU_CAPABILITY holds torch to) with OpenMP, and cached in
