@@ -78,23 +78,23 @@ static inline int32_t amax_bits(const int32_t *x, int64_t n) {
   return _mm512_reduce_max_epi32(_mm512_castps_si512(a));
 }
 
+/* the format's constants as vectors, made once per call of a kernel */
 typedef struct {
-  __m512 scale, max;
+  __m512 max;
   __m512i min_exp, magic_lo, magic_hi, offset_lo, offset_hi, nan, sign_bit;
   int fnuz;
-} vector_constants;
+} prepared;
 
 /* per fp32 exponent e (a table of 32 indexed by e mod 32: FP8's exponents span at most 31):
  * the magic power of two at e and what turns the rounded sum into the code */
-static vector_constants vector_constants_of(float scale, cast_constants c) {
+static prepared prepare(cast_constants c) {
   int32_t magic[32], offset[32];
   const int32_t shift = 23 - c.mantissa_bits, first = min_exponent(c) >> 23;
   for (int32_t e = first; e < first + 32; ++e) {
     magic[e & 31] = (e + shift) << 23;
     offset[e & 31] = magic[e & 31] - ((e - first) << c.mantissa_bits);
   }
-  return (vector_constants){
-      _mm512_set1_ps(scale),
+  return (prepared){
       _mm512_set1_ps(as_float(c.max_bits)),
       _mm512_set1_epi32(min_exponent(c)),
       _mm512_loadu_si512(magic),
@@ -107,8 +107,8 @@ static vector_constants vector_constants_of(float scale, cast_constants c) {
   };
 }
 
-static inline __m128i cast16(__m512 x, const vector_constants *v) {
-  __m512 y = _mm512_range_ps(_mm512_mul_ps(x, v->scale), v->max, MIN_ABS);
+static inline __m128i cast16(__m512 x, __m512 scale, const prepared *v) {
+  __m512 y = _mm512_range_ps(_mm512_mul_ps(x, scale), v->max, MIN_ABS);
   __m512i e = _mm512_srli_epi32(_mm512_max_epi32(_mm512_castps_si512(y), v->min_exp), 23);
   __m512i magic = _mm512_permutex2var_epi32(v->magic_lo, e, v->magic_hi);
   __m512i sum = _mm512_castps_si512(_mm512_add_ps(y, _mm512_castsi512_ps(magic)));
@@ -121,18 +121,18 @@ static inline __m128i cast16(__m512 x, const vector_constants *v) {
 }
 
 /* `next`: the data the caller reads after this (or NULL), fetched into cache a line a vector */
-static inline void cast(const int32_t *x, uint8_t *out, int64_t n, float scale, cast_constants c,
+static inline void cast(const int32_t *x, uint8_t *out, int64_t n, float scale, const prepared *v,
                         const int32_t *next) {
-  const vector_constants v = vector_constants_of(scale, c);
+  const __m512 s = _mm512_set1_ps(scale);
   const float *f = (const float *)x;
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
     if (next) _mm_prefetch((const char *)(next + j), _MM_HINT_T0);
-    _mm_storeu_si128((__m128i *)(out + j), cast16(_mm512_loadu_ps(f + j), &v));
+    _mm_storeu_si128((__m128i *)(out + j), cast16(_mm512_loadu_ps(f + j), s, v));
   }
   if (j < n) {
     __mmask16 in = (__mmask16)((1u << (n - j)) - 1);
-    _mm_mask_storeu_epi8(out + j, in, cast16(_mm512_maskz_loadu_ps(in, f + j), &v));
+    _mm_mask_storeu_epi8(out + j, in, cast16(_mm512_maskz_loadu_ps(in, f + j), s, v));
   }
 }
 
@@ -140,10 +140,14 @@ static inline void cast(const int32_t *x, uint8_t *out, int64_t n, float scale, 
 
 static inline int32_t amax_bits(const int32_t *x, int64_t n) { return amax_bits_plain(x, n); }
 
-static inline void cast(const int32_t *x, uint8_t *out, int64_t n, float scale, cast_constants c,
+typedef cast_constants prepared;
+
+static prepared prepare(cast_constants c) { return c; }
+
+static inline void cast(const int32_t *x, uint8_t *out, int64_t n, float scale, const prepared *c,
                         const int32_t *next) {
   (void)next; /* the plain loops leave prefetching to the hardware */
-  cast_plain(x, out, n, scale, c);
+  cast_plain(x, out, n, scale, *c);
 }
 
 #endif
@@ -156,11 +160,12 @@ static inline float scale_of(float amax, float fp8_max, float eps) {
  * on its way in) */
 void quantize_rowwise(const float *x, uint8_t *out, float *amax, int64_t rows, int64_t k,
                       cast_constants c, float fp8_max, float eps, int threads) {
+  const prepared p = prepare(c);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t *row = (const int32_t *)(x + r * k);
     amax[r] = as_float(amax_bits(row, k));
-    cast(row, out + r * k, k, scale_of(amax[r], fp8_max, eps), c, r + 1 < rows ? row + k : 0);
+    cast(row, out + r * k, k, scale_of(amax[r], fp8_max, eps), &p, r + 1 < rows ? row + k : 0);
   }
 }
 
@@ -178,9 +183,11 @@ void quantize_tensorwise(const float *x, uint8_t *out, float *amax, int64_t n, c
   }
   *amax = as_float(all);
   const float scale = scale_of(*amax, fp8_max, eps);
+  const prepared p = prepare(c);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < chunks; ++i) {
     int64_t start = i * chunk, size = n - start < chunk ? n - start : chunk;
-    cast(bits + start, out + start, size, scale, c, start + 2 * chunk <= n ? bits + start + chunk : 0);
+    const int32_t *next = start + 2 * chunk <= n ? bits + start + chunk : 0;
+    cast(bits + start, out + start, size, scale, &p, next);
   }
 }

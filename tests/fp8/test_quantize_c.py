@@ -26,9 +26,29 @@ def _assert_same(got, ref):
     assert torch.equal(got.data.view(torch.uint8), ref.data.view(torch.uint8))
 
 
+@pytest.fixture(params=["native", "plain"])
+def build(request, monkeypatch, tmp_path_factory):
+    """The library as built for this CPU, then held to AVX2 (CI's ISA pass, CPUs without
+    AVX-512): the plain loops, not the intrinsics, built into a folder of their own."""
+    if request.param == "native":
+        yield
+        return
+    if quantize_c.platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("x86 builds only")
+    folder = tmp_path_factory.getbasetemp() / "plain_build"
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv(quantize_c.CACHE_ENV, str(folder))
+    quantize_c._library.cache_clear()
+    try:
+        yield
+        assert [p.name.startswith("quantize_c-") for p in folder.glob("*.so")] == [True]
+    finally:
+        quantize_c._library.cache_clear()
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("gran", GRANULARITIES)
-def test_bit_exact_with_quantize(fmt, gran):
+def test_bit_exact_with_quantize(fmt, gran, build):
     x = with_nonfinite(with_extremes(wide_tensor((37, 300), seed=2, binades=(-9, 5))))
     _assert_same(
         c_quantize(x, fmt=fmt, granularity=gran),
@@ -137,25 +157,3 @@ def test_a_build_error_is_unsupported_with_the_compilers_message(monkeypatch, tm
     with pytest.raises(Unsupported, match=r"could not build it: \S*bad\.c:1:\d+: error"):
         quantize_c._build()
     assert not list(tmp_path.glob("*.so"))
-
-
-@pytest.mark.skipif(
-    quantize_c.platform.machine().lower() not in ("x86_64", "amd64"), reason="x86 builds only"
-)
-def test_the_plain_build_is_bit_exact_too(monkeypatch, tmp_path):
-    """Held to AVX2 (CI's ISA pass, CPUs without AVX-512) the library is the plain loops, not
-    the intrinsics: the same bits, NaN and inf included."""
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    monkeypatch.setenv(quantize_c.CACHE_ENV, str(tmp_path))
-    quantize_c._library.cache_clear()
-    try:
-        x = with_nonfinite(with_extremes(wide_tensor((37, 300), seed=5, binades=(-9, 5))))
-        for fmt in FORMATS:
-            for gran in GRANULARITIES:
-                _assert_same(
-                    c_quantize(x, fmt=fmt, granularity=gran),
-                    quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
-                )
-        assert [p.name.startswith("quantize_c-") for p in tmp_path.glob("*.so")] == [True]
-    finally:
-        quantize_c._library.cache_clear()
