@@ -7,89 +7,34 @@ EPYC (Zen 4, no AMX), 2 threads, both builds and copy interleaved in one process
 rounds): rowwise 0.96-1.09 of copy (the plain loops 0.59-0.70; without the prefetch 0.63-0.77),
 tensorwise 0.60-0.70 (0.55-0.67). Streamed stores were tried and measured 10-20% slower.
 
-The shared library is built once with the system C compiler (`cc`, or $CC): -O3 for this CPU
-(-march=native, or the x86-64 level ATEN_CPU_CAPABILITY holds torch to) with OpenMP, and cached in
-.cache/c_kernels under a key of the source, the flags, the compiler and the CPU. Without a compiler
-that builds it, `c_quantize` raises kernel_lib.checks.Unsupported (a skipped record)."""
+Built and cached for this CPU by kernel_lib.c_kernels; without a compiler that builds it,
+`c_quantize` raises kernel_lib.checks.Unsupported (a skipped record)."""
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
 from pathlib import Path
 
 import torch
 
-from kernel_lib.checks import Unsupported
+from kernel_lib import c_kernels
 from kernel_lib.fp8.formats import Fp8Format, format_info, fp8_format
 from kernel_lib.fp8.quantize import Fp8Tensor
 from kernel_lib.fp8.quantize_compiled import CastConstants, cast_constants, output_for
 from kernel_lib.fp8.scaling import AMAX_EPS, Granularity, scale_from_amax
 
 SOURCE = Path(__file__).with_name("quantize_c.c")
-CACHE_ENV = "KERNEL_WORKBOOK_C_CACHE"  # a folder; default .cache/c_kernels in the repository
-X86_LEVELS = {"avx2": "-march=x86-64-v3", "default": "-march=x86-64"}
 
 
 class _Constants(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int32) for name in CastConstants.__dataclass_fields__]
 
 
-def _flags() -> list[str]:
-    """-O3 and OpenMP for this CPU: on x86 the level ATEN_CPU_CAPABILITY holds torch to, if set
-    (CI's AVX2 pass), with 512-bit vectors preferred where the target has them."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return ["-O3", "-mcpu=native", "-fopenmp"]
-    level = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
-    return ["-O3", X86_LEVELS.get(level, "-march=native"), "-mprefer-vector-width=512", "-fopenmp"]
-
-
-def _cpu() -> str:
-    from kernel_lib.platform import device_facts
-
-    facts = device_facts("cpu")
-    return f"{facts.name} {facts.arch}"
-
-
-def build_key(compiler: str, flags: list[str]) -> str:
-    """What the library depends on: source, flags, compiler version and CPU (-march=native)."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    text = "\n".join([SOURCE.read_text(), " ".join(flags), version.split("\n")[0], _cpu()])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _build() -> Path:
-    from kernel_lib.params import ROOT
-
-    compiler = shutil.which(os.environ.get("CC") or "cc")
-    if compiler is None:
-        raise Unsupported("c_quantize: no C compiler (cc, or $CC) on PATH")
-    flags = _flags()
-    folder = Path(os.environ.get(CACHE_ENV) or ROOT / ".cache" / "c_kernels")
-    path = folder / f"quantize_c-{build_key(compiler, flags)}.so"
-    if path.exists():
-        return path
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    command = [compiler, *flags, "-shared", "-fPIC", str(SOURCE), "-o", str(tmp)]
-    built = subprocess.run(command, capture_output=True, text=True)
-    if built.returncode != 0:
-        lines = built.stderr.strip().splitlines() or ["no message"]
-        why = next((line for line in lines if "error" in line), lines[-1])[:160]
-        raise Unsupported(f"c_quantize: {Path(compiler).name} could not build it: {why}")
-    tmp.replace(path)  # atomic: a concurrent run never loads half a file
-    return path
-
-
 @functools.cache
 def _library() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(_build()))
+    lib = ctypes.CDLL(str(c_kernels.build(SOURCE, "c_quantize")))
     ptr, i64, f32, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
     lib.quantize_rowwise.argtypes = [ptr, ptr, ptr, i64, i64, _Constants, f32, f32, c_int]
     lib.quantize_tensorwise.argtypes = [ptr, ptr, ptr, i64, _Constants, f32, f32, c_int]

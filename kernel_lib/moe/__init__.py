@@ -54,7 +54,8 @@ __all__ = [
     # capacity, losses, metrics
     "expert_capacity", "apply_capacity", "switch_aux_loss", "gshard_aux_loss",
     "entropy_balance_loss", "router_z_loss", "load_metrics",
-    # dispatch (dispatch_triton lives in kernel_lib.moe.dispatch_triton, imported lazily) and
+    # dispatch (dispatch_triton and dispatch_fused_c live in modules of their own, imported
+    # lazily: strategies.ELSEWHERE) and
     # the one strategy registry
     "STRATEGIES", "run_strategy", "dispatch_loop", "dispatch_sorted_grouped",
     "dispatch_sorted_segments", "dispatch_packed_segments", "dispatch_padded",

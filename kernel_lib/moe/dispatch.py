@@ -7,7 +7,8 @@ All take the same (x, routing, experts) and return the same (T, D) output in x's
   dispatch_sorted_segments sort by expert + a matmul per contiguous segment (any dtype, host sync)
   dispatch_packed_segments the same on oneDNN-prepacked weights, relu fused (CPU inference)
   dispatch_padded          capacity-padded buffer (E, C, D) + `torch.bmm` (GShard / Switch layout)
-The Triton fused gather + grouped GEMM lives in dispatch_triton.py.
+The Triton fused gather + grouped GEMM lives in dispatch_triton.py, the fused C kernel for
+bf16 on CPUs (gather, both GEMMs, activation and weighting per tile of rows) in fused_c.py.
 """
 
 from __future__ import annotations

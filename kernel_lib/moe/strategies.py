@@ -7,6 +7,7 @@ same (T, D) output; see dispatch.py for what each does.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import torch
@@ -18,19 +19,20 @@ from kernel_lib.moe.experts import FeedForwardExperts
 from kernel_lib.moe.packed import packing_unavailable
 from kernel_lib.moe.routing import Routing
 
-STRATEGIES = ("loop", "sorted_grouped", "sorted_segments", "packed_segments", "padded", "triton")
+STRATEGIES = (
+    "loop", "sorted_grouped", "sorted_segments", "packed_segments", "padded", "fused_c", "triton"
+)  # fmt: skip
+# strategies in modules of their own, imported when asked for (Triton, a C library)
+ELSEWHERE = {"fused_c": "kernel_lib.moe.fused_c", "triton": "kernel_lib.moe.dispatch_triton"}
 ANY_EXPERTS = ("loop",)  # strategies that run every expert family; the others FFN experts only
 
 
 def dispatch_fn(name: str) -> Callable[[Tensor, Routing, object], Tensor]:
-    """The dispatch function of strategy `name`, looked up at call time (Triton imported only
-    when asked for). Raises ValueError listing the valid names."""
+    """The dispatch function of strategy `name`, looked up at call time (ELSEWHERE's modules
+    imported only when asked for). Raises ValueError listing the valid names."""
     parse_choice(name, STRATEGIES, param="strategy")
-    if name == "triton":
-        from kernel_lib.moe.dispatch_triton import dispatch_triton
-
-        return dispatch_triton
-    return getattr(dispatch, f"dispatch_{name}")
+    module = importlib.import_module(ELSEWHERE[name]) if name in ELSEWHERE else dispatch
+    return getattr(module, f"dispatch_{name}")
 
 
 def run_strategy(
@@ -58,6 +60,14 @@ def unavailable(
         return "Triton kernel needs a CUDA/ROCm GPU (tested on CPU under TRITON_INTERPRET=1)"
     if name == "triton" and backward:
         return "the Triton kernel is forward only (no autograd backward)"
+    if name == "fused_c":
+        if backward:
+            return "the fused C kernel is forward only (no autograd backward)"
+        if compiled:
+            return "the fused C kernel is opaque to torch.compile; timed as it is"
+        from kernel_lib.moe.fused_c import fused_unavailable
+
+        return fused_unavailable(x, experts)
     if name == "packed_segments":
         if backward:
             return "prepacked oneDNN weights are inference only (no autograd)"

@@ -1,5 +1,5 @@
 """The C quantiser: bit-exact with `quantize` on odd shapes, every format, both granularities,
-any thread count; built once per source, flags, compiler and CPU; Unsupported without a compiler."""
+any thread count; the AVX2 build's plain loops as well (the build itself: tests/test_c_kernels.py)."""
 
 import dataclasses
 
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_lib.checks import Unsupported
+from kernel_lib import c_kernels
 from kernel_lib.fp8 import quantize_c
 from kernel_lib.fp8.formats import FORMATS
 from kernel_lib.fp8.quantize import fp8_grid, quantize
@@ -33,11 +33,11 @@ def build(request, monkeypatch, tmp_path_factory):
     if request.param == "native":
         yield
         return
-    if quantize_c.platform.machine().lower() not in ("x86_64", "amd64"):
+    if not c_kernels.is_x86():
         pytest.skip("x86 builds only")
     folder = tmp_path_factory.getbasetemp() / "plain_build"
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    monkeypatch.setenv(quantize_c.CACHE_ENV, str(folder))
+    monkeypatch.setenv(c_kernels.CACHE_ENV, str(folder))
     quantize_c._library.cache_clear()
     try:
         yield
@@ -129,31 +129,3 @@ def test_a_wrong_constant_gives_wrong_codes(monkeypatch):
     x = torch.randn(8, 64)
     got, ref = c_quantize(x), quantize(x, nonfinite="nan")
     assert not torch.equal(got.data.view(torch.uint8), ref.data.view(torch.uint8))
-
-
-def test_built_once_per_cpu_and_compiler(monkeypatch, tmp_path):
-    flags = quantize_c._flags()
-    key = quantize_c.build_key("cc", flags)
-    assert key == quantize_c.build_key("cc", flags)
-    monkeypatch.setattr(quantize_c, "_cpu", lambda: "another CPU amx_bf16")
-    assert quantize_c.build_key("cc", flags) != key
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    if quantize_c.platform.machine().lower() in ("x86_64", "amd64"):
-        assert "-march=x86-64-v3" in quantize_c._flags()
-
-
-def test_no_compiler_is_unsupported(monkeypatch, tmp_path):
-    monkeypatch.setenv(quantize_c.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(quantize_c.shutil, "which", lambda name: None)
-    with pytest.raises(Unsupported, match="no C compiler"):
-        quantize_c._build()
-
-
-def test_a_build_error_is_unsupported_with_the_compilers_message(monkeypatch, tmp_path):
-    bad = tmp_path / "bad.c"
-    bad.write_text("this is not C\n")
-    monkeypatch.setenv(quantize_c.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(quantize_c, "SOURCE", bad)
-    with pytest.raises(Unsupported, match=r"could not build it: \S*bad\.c:1:\d+: error"):
-        quantize_c._build()
-    assert not list(tmp_path.glob("*.so"))

@@ -1,0 +1,129 @@
+"""The expert FFN of a bf16 MoE as one fused C kernel (fused_c.c) on CPUs with AVX512-BF16.
+
+Legend: T tokens, D model, F ffn, E experts, A kept assignments. After the sort by expert, each
+tile of 8 rows of one expert is gathered, multiplied by w_in, activated, multiplied by w_out and
+scaled by its routing weight without leaving L1, then added to its token's fp32 output row; each
+thread owns a range of tokens, so no row is shared and each token's sum runs in expert order
+(deterministic), rounded to bf16 once. Where torch's path runs the gather, each expert's two
+GEMMs, the activation and the combine as separate passes over (A, D) and (A, F) tensors, this
+reads each row once and writes no intermediate.
+Weights are packed once per expert set into the kernel's pair-interleaved layout (fused_c.c) and
+kept until a weight changes, as packed.py does for oneDNN; the packing is not part of a call.
+Forward only, bf16 only, every FeedForwardExperts activation; built and cached per CPU by kernel_lib.c_kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import weakref
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kernel_lib import c_kernels
+from kernel_lib.checks import Unsupported
+from kernel_lib.moe.dispatch import _check_ffn, _check_inputs, sort_by_expert
+from kernel_lib.moe.experts import GATED, SWIGLU_ALPHA, SWIGLU_LIMIT, FeedForwardExperts
+from kernel_lib.moe.routing import Routing
+
+SOURCE = Path(__file__).with_name("fused_c.c")
+ACTIVATIONS = {"relu": 0, "gelu": 1, "swiglu": 2, "swiglu_clamped": 3}  # fused_c.c's codes
+LANES = 16  # output columns a vector; packed widths are multiples of it
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(c_kernels.build(SOURCE, "fused_c")))
+    if lib.fused_available():  # the kernels exist in builds for AVX512-BF16 only
+        ptr, i64, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        f32 = ctypes.c_float
+        lib.fused_ffn.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, i64, i64, ptr, i64]
+        lib.fused_ffn.argtypes += [i64, c_int, f32, f32, ptr, ptr, c_int]
+    return lib
+
+
+def fused_unavailable(x: Tensor, experts) -> str | None:
+    """Why the fused kernel cannot run on these operands here, or None."""
+    if not isinstance(experts, FeedForwardExperts):
+        return f"fused_c is built for FeedForwardExperts, not {type(experts).__name__}"
+    if x.device.type != "cpu" or x.dtype != torch.bfloat16:
+        return f"fused_c runs bfloat16 on a CPU, not {x.dtype} on {x.device.type}"
+    try:
+        lib = _library()
+    except Unsupported as err:
+        return str(err)
+    return None if lib.fused_available() else "fused_c needs a CPU with AVX512-BF16"
+
+
+def pack(w: Tensor) -> Tensor:
+    """(E, K, N) -> fused_c.c's layout (E, Np/16, Kp/2, 16, 2): K padded to even and N to a
+    multiple of 16 with zeros; lane j of a vector holds the pair (k, k+1) of column j."""
+    e, k, n = w.shape
+    w = F.pad(w, (0, _round_up(n, LANES) - n, 0, k % 2))
+    return w.view(e, w.shape[1] // 2, 2, w.shape[2] // LANES, LANES).permute(0, 3, 1, 4, 2)
+
+
+class PackedExperts(NamedTuple):
+    w_in: Tensor  # (E, Hp/16, Dp/2, 16, 2); Hp: [gate | up] each padded to Fp (gated), or Fp
+    w_out: Tensor  # (E, Np/16, Fp/2, 16, 2)
+    ffn: int  # Fp: F rounded up to 16
+    stamp: tuple  # the weights' storage and version they were packed from
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _stamp(experts: FeedForwardExperts) -> tuple:
+    w_in, w_out = experts.w_in, experts.w_out
+    return (w_in.data_ptr(), w_in._version, w_out.data_ptr(), w_out._version)
+
+
+def packed(experts: FeedForwardExperts) -> PackedExperts:
+    """The experts' weights in the kernel's layout, packed again only when a weight changed."""
+    got = _CACHE.get(experts)
+    if got is not None and got.stamp == _stamp(experts):
+        return got
+    ffn = _round_up(experts.ffn, LANES)
+    with torch.no_grad():
+        w_in = experts.w_in.detach()
+        if experts.activation in GATED:
+            halves = w_in.split(experts.ffn, dim=-1)
+            w_in = torch.cat([F.pad(h, (0, ffn - experts.ffn)) for h in halves], dim=-1)
+        w_out = F.pad(experts.w_out.detach(), (0, 0, 0, ffn - experts.ffn))
+        got = PackedExperts(
+            pack(w_in).contiguous(), pack(w_out).contiguous(), ffn, _stamp(experts)
+        )
+    _CACHE[experts] = got
+    return got
+
+
+def dispatch_fused_c(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> Tensor:
+    """Sort by expert, then the fused kernel adds each assignment's weighted FFN output into
+    its token's fp32 row (each thread owns a range of tokens), rounded to x's dtype once.
+
+    x: (T, D) bf16 on a CPU with AVX512-BF16; FeedForwardExperts; any routing (token or expert
+    choice, with drops); no autograd. Raises ValueError on other operands (fused_unavailable)."""
+    _check_inputs(x, routing)
+    _check_ffn(experts)
+    reason = fused_unavailable(x, experts)
+    if reason:
+        raise ValueError(reason)
+    _, tokens, weight, ends = sort_by_expert(routing)
+    w, x, weight = packed(experts), x.contiguous(), weight.float().contiguous()
+    acc, out = torch.empty(x.shape, dtype=torch.float32), torch.empty_like(x)
+    _library().fused_ffn(
+        x.data_ptr(), x.shape[0], x.shape[1], tokens.data_ptr(), weight.data_ptr(),
+        ends.data_ptr(), routing.num_experts, w.w_in.data_ptr(), _round_up(x.shape[1], 2),
+        w.w_in.shape[1] * LANES, w.w_out.data_ptr(), w.ffn, w.w_out.shape[1] * LANES,
+        ACTIVATIONS[experts.activation], SWIGLU_LIMIT, SWIGLU_ALPHA, acc.data_ptr(),
+        out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return out
