@@ -1,8 +1,9 @@
 """Fast paths chosen by measurement on the machine that runs them, as Triton's autotuner and
 Inductor's max-autotune do: the candidates of one kernel are checked and timed interleaved at the
 case's shape (`measure.compare`), the fastest ok one is used, and the choice is cached per machine
-fingerprint (device name, ISA, torch version) and candidate set, so later runs on the same machine
-reuse it and a new candidate is measured against the others.
+fingerprint (device name, ISA, torch version) and the set of candidates that ran (checked ok), so
+later runs on the same machine reuse it, and a new candidate, or one that could not run or failed
+its check before, is measured against the others.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def cached_choice(
     kernel: str, case: Case, facts: DeviceFacts, among: tuple[str, ...]
 ) -> str | None:
     """The variant chosen earlier on this machine for `kernel` at this case among these
-    candidates, if any."""
+    candidates (those that ran), if any."""
     path = _cache_file(facts)
     if not path.exists():
         return None
@@ -116,13 +117,14 @@ def choose(
     tuned variant slower than the plain `comparator` (the whole 95 % interval of their ratio
     beyond 1) is flagged: its tuning does not pay on this machine."""
     ok = {r.implementation: r for r in records if r.status == "ok" and r.implementation in among}
-    choice = cached_choice(kernel, case, facts, among)
+    ran = tuple(ok)  # the cache key: a candidate that was skipped or wrong before is measured
+    choice = cached_choice(kernel, case, facts, ran)
     source = "cached"
     if choice not in ok:
         choice = min(ok, key=lambda name: ok[name].median_ms) if ok else None
         source = "measured"
         if choice is not None:
-            _store(kernel, case, facts, among, choice)
+            _store(kernel, case, facts, ran, choice)
     # the comparator need not be a variant itself (flex's plain attention is never chosen)
     plain = next((r for r in records if r.implementation == comparator and r.status == "ok"), None)
 
