@@ -104,6 +104,17 @@ def combine_sorted(y_sorted: Tensor, order: Tensor, routing: Routing, x: Tensor)
     return out.to(x.dtype)
 
 
+def check_inference(name: str, x: Tensor, experts: FeedForwardExperts) -> None:
+    """Raise ValueError where an inference-only strategy would need gradients: its output has no
+    path back to the weights, so training through it would silently leave them unchanged."""
+    wants_grad = x.requires_grad or experts.w_in.requires_grad or experts.w_out.requires_grad
+    if torch.is_grad_enabled() and wants_grad:
+        raise ValueError(
+            f"{name} is inference only (no autograd): run it under torch.no_grad() or on "
+            "tensors that do not require grad, or train with another strategy"
+        )
+
+
 def check_grouped_mm(x: Tensor, experts: FeedForwardExperts) -> None:
     """Raise unless `torch._grouped_mm` can take these operands: fp32/bf16/fp16, and rows of
     x, w_in and w_out 16-byte aligned (hidden and ffn multiples of 16 / itemsize)."""
@@ -167,10 +178,12 @@ def dispatch_packed_segments(x: Tensor, routing: Routing, experts: FeedForwardEx
     oneDNN (packed.py), relu fused into the first GEMM as a post-op, each expert's output put
     in one preallocated (A, D) buffer.
 
-    x: (T, D) fp32/bf16 (fp16 where oneDNN packs it); no autograd. Host sync as the segments.
+    x: (T, D) fp32/bf16 (fp16 where oneDNN packs it); no autograd (check_inference). Host sync
+    as the segments.
     """
     _check_inputs(x, routing)
     _check_ffn(experts)
+    check_inference("packed_segments", x, experts)
     weights = packed(experts)
     relu = experts.activation == "relu"
     order, tokens, _, _ = sort_by_expert(routing)

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from kernel_lib import c_kernels
 from kernel_lib.checks import Unsupported
-from kernel_lib.moe.dispatch import _check_ffn, _check_inputs, sort_by_expert
+from kernel_lib.moe.dispatch import _check_ffn, _check_inputs, check_inference, sort_by_expert
 from kernel_lib.moe.experts import GATED, SWIGLU_ALPHA, SWIGLU_LIMIT, FeedForwardExperts
 from kernel_lib.moe.routing import Routing
 
@@ -110,9 +110,11 @@ def dispatch_fused_c(x: Tensor, routing: Routing, experts: FeedForwardExperts) -
     its token's fp32 row (each thread owns a range of tokens), rounded to x's dtype once.
 
     x: (T, D) bf16 on a CPU with AVX512-BF16; FeedForwardExperts; any routing (token or expert
-    choice, with drops); no autograd. Raises ValueError on other operands (fused_unavailable)."""
+    choice, with drops); no autograd (check_inference). Raises ValueError on other operands
+    (fused_unavailable says why)."""
     _check_inputs(x, routing)
     _check_ffn(experts)
+    check_inference("fused_c", x, experts)
     reason = fused_unavailable(x, experts)
     if reason:
         raise ValueError(reason)

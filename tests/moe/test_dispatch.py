@@ -151,6 +151,15 @@ def test_expert_choice_routing(fn):
     _check(fn, torch.randn(30, 8), routing, make_experts(4, 8, 16))
 
 
+def test_packed_segments_refuses_to_train():
+    ex, x, routing = make_experts(3, 8, 16), torch.randn(11, 8), random_routing(11, 3, 2)
+    ex.requires_grad_(True)  # a training layer's weights: the output would not reach them
+    with pytest.raises(ValueError, match="packed_segments is inference only"):
+        dispatch_packed_segments(x, routing, ex)
+    with torch.no_grad():
+        _check(dispatch_packed_segments, x, routing, ex)
+
+
 def test_packed_weights_follow_an_in_place_weight_change():
     ex, x, routing = make_experts(3, 8, 16), torch.randn(11, 8), random_routing(11, 3, 2)
     _check(dispatch_packed_segments, x, routing, ex)

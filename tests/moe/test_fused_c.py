@@ -101,6 +101,15 @@ def test_packed_weights_follow_an_in_place_weight_change():
     assert _error(x, routing, ex) <= RTOL
 
 
+@needs_kernel
+def test_refuses_to_train():
+    ex, x, routing = _experts(3, 16, 24), torch.randn(11, 16, dtype=BF16), random_routing(11, 3, 2)
+    with pytest.raises(ValueError, match="fused_c is inference only"):
+        dispatch_fused_c(x.requires_grad_(True), routing, ex)
+    with torch.no_grad():
+        assert _error(x, routing, ex) <= RTOL
+
+
 def test_unavailable_says_why(monkeypatch, tmp_path):
     x, ex = torch.randn(4, 16, dtype=BF16), _experts(2, 16, 32)
     assert "bfloat16" in fused_unavailable(x.float(), ex.float())
