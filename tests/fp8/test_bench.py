@@ -10,8 +10,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from kernel_lib import c_kernels, report  # noqa: E402
 from kernel_lib import records as rec  # noqa: E402
-from kernel_lib import report  # noqa: E402
 from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_c, quantize_compiled  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
@@ -231,9 +231,9 @@ def test_a_c_quantiser_with_a_wrong_constant_is_wrong_and_never_chosen(monkeypat
 
 
 def test_the_c_quantiser_is_skipped_with_the_reason_it_cannot_build(monkeypatch, tmp_path):
-    monkeypatch.setenv(quantize_c.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(c_kernels.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(quantize_c, "_library", quantize_c._library.__wrapped__)
-    monkeypatch.setattr(quantize_c.shutil, "which", lambda name: None)
+    monkeypatch.setattr(c_kernels.shutil, "which", lambda name: None)
     records = {r.implementation: r for r in bench.quantize_bandwidth(CONFIG, device_facts())}
     c = records["c_quantize_rowwise"]
     assert c.status == "skipped" and "no C compiler" in c.reason
