@@ -19,6 +19,9 @@ enum { MR = 8, RELU = 0, GELU = 1, SWIGLU = 2, SWIGLU_CLAMPED = 3 };
 
 int fused_available(void) { return 1; }
 
+/* the first min(n, 16) lanes */
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1); }
+
 /* c (MR, 16 * NT) fp32 = a (MR, 2 * kp) bf16, row stride lda, @ the NT packed column tiles at b
  * (tile stride ldb elements) */
 static inline __attribute__((always_inline)) void kernel(int nt, int64_t kp, const bf16 *a,
@@ -114,7 +117,7 @@ static void tile(const bf16 *x, int64_t d, const int64_t *token, const float *we
     const __m512 w = _mm512_set1_ps(weight[idx[r]]);
     float *row = acc + token[idx[r]] * d;
     for (int64_t j = 0; j < d; j += 16) {
-      __mmask16 m = d - j >= 16 ? 0xFFFF : (__mmask16)((1u << (d - j)) - 1);
+      const __mmask16 m = lanes(d - j);
       __m512 sum = _mm512_maskz_loadu_ps(m, row + j);
       _mm512_mask_storeu_ps(row + j, m, _mm512_fmadd_ps(_mm512_loadu_ps(h + r * np + j), w, sum));
     }
@@ -140,34 +143,33 @@ void fused_ffn(const bf16 *x, int64_t t, int64_t d, const int64_t *token, const 
     bf16 *act_out = aligned_alloc(64, (sizeof(bf16) * MR * fp + 63) / 64 * 64);
     memset(a, 0, sizeof(bf16) * MR * dp); /* the odd column of a stays zero */
     memset(acc + lo * d, 0, sizeof(float) * (hi - lo) * d);
-    /* this thread's tiles: up to MR of its rows of one expert each, the rows listed in idx */
+    /* this thread's tiles: n[k] <= MR of its rows of expert e[k], listed in idx[k * MR ...] */
     const int64_t most = ends[experts - 1] / MR + experts;
     int64_t *tile_e = malloc(sizeof(int64_t) * most), *idx = malloc(sizeof(int64_t) * most * MR);
+    int *tile_n = malloc(sizeof(int) * most);
     int64_t tiles = 0;
     for (int64_t e = 0, start = 0; e < experts; start = ends[e++])
-      for (int64_t i = start, n = MR; i < ends[e]; ++i) {
+      for (int64_t i = start; i < ends[e]; ++i) {
         if (token[i] < lo || token[i] >= hi) continue;
-        if (n == MR) tile_e[tiles++] = e, n = 0;
-        idx[(tiles - 1) * MR + n++] = i;
-        if (n < MR) idx[(tiles - 1) * MR + n] = -1; /* ends a short tile */
+        if (tiles == 0 || tile_e[tiles - 1] != e || tile_n[tiles - 1] == MR)
+          tile_e[tiles] = e, tile_n[tiles++] = 0;
+        idx[(tiles - 1) * MR + tile_n[tiles - 1]++] = i;
       }
     for (int64_t k = 0; k < tiles; ++k) {
       if (k + 1 < tiles) /* the next tile's rows of x and acc, fetched while this one computes */
-        for (int r = 0; r < MR && idx[(k + 1) * MR + r] >= 0; ++r) {
+        for (int r = 0; r < tile_n[k + 1]; ++r) {
           const bf16 *xs = x + token[idx[(k + 1) * MR + r]] * d;
           const float *sums = acc + token[idx[(k + 1) * MR + r]] * d;
           for (int64_t j = 0; j < d; j += 32) _mm_prefetch((const char *)(xs + j), _MM_HINT_T1);
           for (int64_t j = 0; j < d; j += 16) _mm_prefetch((const char *)(sums + j), _MM_HINT_T1);
         }
-      const int64_t e = tile_e[k], *rows = idx + k * MR;
-      int n = 0;
-      while (n < MR && rows[n] >= 0) ++n;
-      tile(x, d, token, weight, rows, n, w_in + e * hp * dp, dp, hp, w_out + e * np * fp, fp, np,
-           act, limit, alpha, a, h, act_out, acc);
+      const int64_t e = tile_e[k];
+      tile(x, d, token, weight, idx + k * MR, tile_n[k], w_in + e * hp * dp, dp, hp,
+           w_out + e * np * fp, fp, np, act, limit, alpha, a, h, act_out, acc);
     }
-    free(tile_e), free(idx);
+    free(tile_e), free(tile_n), free(idx);
     for (int64_t i = lo * d; i < hi * d; i += 16) {
-      __mmask16 m = hi * d - i >= 16 ? 0xFFFF : (__mmask16)((1u << (hi * d - i)) - 1);
+      const __mmask16 m = lanes(hi * d - i);
       __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, acc + i));
       _mm256_mask_storeu_epi16(out + i, m, (__m256i)v);
     }

@@ -28,6 +28,7 @@ from kernel_lib import c_kernels
 from kernel_lib.checks import Unsupported
 from kernel_lib.moe.dispatch import _check_ffn, _check_inputs, check_inference, sort_by_expert
 from kernel_lib.moe.experts import GATED, SWIGLU_ALPHA, SWIGLU_LIMIT, FeedForwardExperts
+from kernel_lib.moe.packed import packed_once
 from kernel_lib.moe.routing import Routing
 
 SOURCE = Path(__file__).with_name("fused_c.c")
@@ -75,34 +76,24 @@ class PackedExperts(NamedTuple):
     w_in: Tensor  # (E, Hp/16, Dp/2, 16, 2); Hp: [gate | up] each padded to Fp (gated), or Fp
     w_out: Tensor  # (E, Np/16, Fp/2, 16, 2)
     ffn: int  # Fp: F rounded up to 16
-    stamp: tuple  # the weights' storage and version they were packed from
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _stamp(experts: FeedForwardExperts) -> tuple:
-    w_in, w_out = experts.w_in, experts.w_out
-    return (w_in.data_ptr(), w_in._version, w_out.data_ptr(), w_out._version)
+def _pack_experts(experts: FeedForwardExperts) -> PackedExperts:
+    ffn = _round_up(experts.ffn, LANES)
+    w_in = experts.w_in.detach()
+    if experts.activation in GATED:
+        halves = w_in.split(experts.ffn, dim=-1)
+        w_in = torch.cat([F.pad(h, (0, ffn - experts.ffn)) for h in halves], dim=-1)
+    w_out = F.pad(experts.w_out.detach(), (0, 0, 0, ffn - experts.ffn))
+    return PackedExperts(pack(w_in).contiguous(), pack(w_out).contiguous(), ffn)
 
 
 def packed(experts: FeedForwardExperts) -> PackedExperts:
     """The experts' weights in the kernel's layout, packed again only when a weight changed."""
-    got = _CACHE.get(experts)
-    if got is not None and got.stamp == _stamp(experts):
-        return got
-    ffn = _round_up(experts.ffn, LANES)
-    with torch.no_grad():
-        w_in = experts.w_in.detach()
-        if experts.activation in GATED:
-            halves = w_in.split(experts.ffn, dim=-1)
-            w_in = torch.cat([F.pad(h, (0, ffn - experts.ffn)) for h in halves], dim=-1)
-        w_out = F.pad(experts.w_out.detach(), (0, 0, 0, ffn - experts.ffn))
-        got = PackedExperts(
-            pack(w_in).contiguous(), pack(w_out).contiguous(), ffn, _stamp(experts)
-        )
-    _CACHE[experts] = got
-    return got
+    return packed_once(_CACHE, experts, _pack_experts)
 
 
 def dispatch_fused_c(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> Tensor:

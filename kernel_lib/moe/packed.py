@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -28,7 +29,6 @@ class PackedExperts(NamedTuple):
 
     w_in: tuple[Tensor, ...]
     w_out: tuple[Tensor, ...]
-    stamp: tuple  # the weights' storage and version they were packed from
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -61,21 +61,28 @@ def _stamp(experts: FeedForwardExperts) -> tuple:
     return (w_in.data_ptr(), w_in._version, w_out.data_ptr(), w_out._version, w_in.dtype)
 
 
+def packed_once(cache: weakref.WeakKeyDictionary, experts: FeedForwardExperts, pack: Callable):
+    """pack(experts) (run without grad) kept in `cache` per expert set and run again only when a
+    weight changed (its storage, in-place version or dtype): packing is never part of a call."""
+    stamp, got = _stamp(experts), cache.get(experts)
+    if got is None or got[0] != stamp:
+        with torch.no_grad():
+            got = (stamp, pack(experts))
+        cache[experts] = got
+    return got[1]
+
+
+def _pack_for_onednn(experts: FeedForwardExperts) -> PackedExperts:
+    pack = torch.ops.mkldnn._reorder_linear_weight
+    return PackedExperts(
+        tuple(pack(w.t().contiguous(), None) for w in experts.w_in),
+        tuple(pack(w.t().contiguous(), None) for w in experts.w_out),
+    )
+
+
 def packed(experts: FeedForwardExperts) -> PackedExperts:
-    """The experts' weights packed for oneDNN, packed again only when a weight changed (its
-    storage or in-place version); the packing is not part of a dispatch call."""
-    got = _CACHE.get(experts)
-    if got is not None and got.stamp == _stamp(experts):
-        return got
-    with torch.no_grad():
-        pack = torch.ops.mkldnn._reorder_linear_weight
-        got = PackedExperts(
-            tuple(pack(w.t().contiguous(), None) for w in experts.w_in),
-            tuple(pack(w.t().contiguous(), None) for w in experts.w_out),
-            _stamp(experts),
-        )
-    _CACHE[experts] = got
-    return got
+    """The experts' weights packed for oneDNN, packed again only when a weight changed."""
+    return packed_once(_CACHE, experts, _pack_for_onednn)
 
 
 def packed_linear(x: Tensor, weight: Tensor, *, relu: bool = False) -> Tensor:
