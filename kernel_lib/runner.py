@@ -1,8 +1,11 @@
 """Run a platform's notebooks with papermill into a report folder, one after another.
 
 Each notebook ends `ok`, `failed` (cell and error line), `timed out`, `kernel died`, or `skipped`
-(it ran cleanly and every record it saved is skipped: its hardware is absent). The run is staged in a
-sibling folder and swapped in at the end, so an interrupted run leaves the previous report untouched.
+(it ran cleanly and every record it saved is skipped: its hardware is absent). A cell that raises
+does not stop its notebook: the cells after it still run, so one failed check or crashed section
+costs neither the other sections' figures nor the records (the last cell saves them); the notebook
+is `failed` with its first error. The run is staged in a sibling folder and swapped in at the end,
+so an interrupted run leaves the previous report untouched.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import papermill
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
+from papermill.execute import ERROR_MARKER_TAG, ERROR_STYLE, remove_error_markers
 
 from kernel_lib import allocator
 from kernel_lib.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
@@ -111,14 +115,18 @@ def machine_load(start: dict, end: dict) -> dict:
     return {**machine, "busy": busy_reason(machine)}
 
 
-def _first_error(nb) -> str | None:
-    """'cell N: Name: message' for the first error output in an executed notebook."""
+def _cell_errors(nb) -> list[str]:
+    """'cell N: Name: message' for each error output in an executed notebook, in cell order."""
+    found = []
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 count = cell.get("execution_count")
-                return f"cell {count if count is not None else index}: {output['ename']}: {output['evalue']}"
-    return None
+                found.append(
+                    f"cell {count if count is not None else index}: "
+                    f"{output['ename']}: {output['evalue']}"
+                )
+    return found
 
 
 def _saved_status(results_path: Path) -> tuple[str, str] | None:
@@ -142,19 +150,46 @@ def _duration(nb) -> float | None:
 def classify(output: Path, nb, error: BaseException | None) -> tuple[str, str]:
     """Status and detail from papermill's exception *and* the executed notebook `nb`'s own error
     outputs (None if papermill wrote nothing to `output`)."""
-    if isinstance(error, PapermillExecutionError):
-        return "failed", f"cell {error.exec_count}: {error.ename}: {error.evalue}"
     if isinstance(error, CellTimeoutError):
         return "timed out", str(error).splitlines()[0] if str(
             error
         ) else "a cell exceeded its timeout"
     if isinstance(error, DeadKernelError):
         return "kernel died", str(error).splitlines()[0] if str(error) else "the kernel exited"
+    if errors := _cell_errors(nb) if nb is not None else []:
+        more = f" (and {len(errors) - 1} more cells raised)" if len(errors) > 1 else ""
+        return "failed", errors[0] + more
+    if isinstance(error, PapermillExecutionError):
+        return "failed", f"cell {error.exec_count}: {error.ename}: {error.evalue}"
     if error is not None:
         return "failed", f"{type(error).__name__}: {error}".splitlines()[0]
-    if nb is not None and (line := _first_error(nb)):
-        return "failed", line
     return _saved_status(output.with_name(output.stem + RESULTS_SUFFIX)) or ("ok", "")
+
+
+def mark_errors(output: Path) -> None:
+    """Replace papermill's error marker in the executed notebook `output` (it names the *last*
+    cell that raised and says execution stopped there) by a line at the top linking each cell
+    that raised, first first (usually the cause), and a marker before each of them."""
+    nb = remove_error_markers(nbformat.read(output, as_version=4))
+    cells, links = [], []
+    for cell in nb.cells:
+        raised = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if raised:
+            anchor = f"cell-error-{len(links) + 1}"
+            links.append(f'<a href="#{anchor}">In [{cell.execution_count}]</a> {raised[0].ename}')
+            cells.append(_marker("This cell raised; the cells after it ran on.", anchor))
+        cells.append(cell)
+    if links:
+        cells.insert(0, _marker("Cells that raised: " + ", ".join(links)))
+    nb.cells = cells
+    nbformat.write(nb, str(output))
+
+
+def _marker(html: str, anchor: str = ""):
+    """A markdown cell in papermill's error style, tagged so that a rerun removes it."""
+    ident = f' id="{anchor}"' if anchor else ""
+    span = f"<span{ident} {ERROR_STYLE}>{html}</span>"
+    return nbformat.v4.new_markdown_cell(span, metadata={"tags": [ERROR_MARKER_TAG]})
 
 
 def execute(
@@ -166,7 +201,8 @@ def execute(
     kernel_name: str = KERNEL_NAME,
     progress: bool = True,
 ) -> NotebookResult:
-    """Execute one notebook with its working directory set to the report folder."""
+    """Execute one notebook with its working directory set to the report folder, every cell even
+    after one raises (nbclient's allow_errors; papermill raises at the end)."""
     error = None
     try:
         papermill.execute_notebook(
@@ -177,9 +213,12 @@ def execute(
             cwd=str(output.parent),
             progress_bar=progress,
             execution_timeout=timeout,
+            allow_errors=True,
         )
     except Exception as err:  # noqa: BLE001 - any failure of one notebook is recorded, the run goes on
         error = err
+    if isinstance(error, PapermillExecutionError):
+        mark_errors(output)
     nb = nbformat.read(output, as_version=4) if output.exists() else None
     status, detail = classify(output, nb, error)
     return NotebookResult(notebook.stem, status, detail, _duration(nb) if nb is not None else None)

@@ -73,7 +73,13 @@ def workbook(tmp_path_factory):
         "print(n * 2)",
         "from kernel_lib.records import save_records\nsave_records([], 'good')",
     )
-    _write_notebook(nbs / "raises.ipynb", "x = 1", "raise ValueError('broken on purpose')")
+    _write_notebook(
+        nbs / "raises.ipynb",
+        "x = 1",
+        "raise ValueError('broken on purpose')",
+        "y = undefined_name",
+        SAVE.format(kind="skipped", name="raises"),
+    )
     _write_notebook(nbs / "sleeps.ipynb", "import time\ntime.sleep(60)")
     _write_notebook(nbs / "exits.ipynb", "import os\nos._exit(3)")
     _write_notebook(nbs / "absent.ipynb", SAVE.format(kind="skipped", name="absent"))

@@ -47,6 +47,18 @@ def test_each_outcome_is_classified(report):
     assert results["absent"].detail == "no device here"
 
 
+def test_a_raising_cell_does_not_stop_the_cells_after_it(report):
+    _, out, results = report
+    assert results["raises"].detail.endswith("(and 1 more cells raised)")
+    assert (out / "raises.results.json").exists()  # the last cell still ran and saved
+    nb = nbformat.read(out / "raises.ipynb", as_version=4)
+    top = nb.cells[
+        0
+    ].source  # links the cells that raised, the first first (papermill's: the last)
+    assert top.index("In [4]</a> ValueError") < top.index("In [5]</a> NameError")
+    assert sum("the cells after it ran on" in c.source for c in nb.cells) == 2
+
+
 def test_every_notebook_still_gets_its_reports(report):
     _, out, _ = report
     for name in ("good", "raises", "sleeps", "exits", "absent"):
