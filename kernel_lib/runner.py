@@ -116,15 +116,16 @@ def machine_load(start: dict, end: dict) -> dict:
 
 
 def _cell_errors(nb) -> list[str]:
-    """'cell N: Name: message' for each error output in an executed notebook, in cell order."""
+    """'cell N: Name: message' (its first line) for each error output in an executed notebook,
+    in cell order."""
     found = []
     for index, cell in enumerate(nb.cells):
+        count = cell.get("execution_count")
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                count = cell.get("execution_count")
+                message = (output["evalue"].splitlines() or [""])[0]
                 found.append(
-                    f"cell {count if count is not None else index}: "
-                    f"{output['ename']}: {output['evalue']}"
+                    f"cell {count if count is not None else index}: {output['ename']}: {message}"
                 )
     return found
 

@@ -76,7 +76,7 @@ def workbook(tmp_path_factory):
     _write_notebook(
         nbs / "raises.ipynb",
         "x = 1",
-        "raise ValueError('broken on purpose')",
+        "raise ValueError('broken on purpose\\nwith a table below')",
         "y = undefined_name",
         SAVE.format(kind="skipped", name="raises"),
     )

@@ -50,6 +50,7 @@ def test_each_outcome_is_classified(report):
 def test_a_raising_cell_does_not_stop_the_cells_after_it(report):
     _, out, results = report
     assert results["raises"].detail.endswith("(and 1 more cells raised)")
+    assert "\n" not in results["raises"].detail  # one line, whatever the message
     assert (out / "raises.results.json").exists()  # the last cell still ran and saved
     nb = nbformat.read(out / "raises.ipynb", as_version=4)
     top = nb.cells[
