@@ -115,18 +115,22 @@ def machine_load(start: dict, end: dict) -> dict:
     return {**machine, "busy": busy_reason(machine)}
 
 
+def _raised(cell) -> list:
+    """The error outputs of one executed cell."""
+    return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
 def _cell_errors(nb) -> list[str]:
     """'cell N: Name: message' (its first line) for each error output in an executed notebook,
     in cell order."""
     found = []
     for index, cell in enumerate(nb.cells):
         count = cell.get("execution_count")
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                message = (output["evalue"].splitlines() or [""])[0]
-                found.append(
-                    f"cell {count if count is not None else index}: {output['ename']}: {message}"
-                )
+        for output in _raised(cell):
+            message = (output["evalue"].splitlines() or [""])[0]
+            found.append(
+                f"cell {count if count is not None else index}: {output['ename']}: {message}"
+            )
     return found
 
 
@@ -167,15 +171,14 @@ def classify(output: Path, nb, error: BaseException | None) -> tuple[str, str]:
     return _saved_status(output.with_name(output.stem + RESULTS_SUFFIX)) or ("ok", "")
 
 
-def mark_errors(output: Path) -> None:
-    """Replace papermill's error marker in the executed notebook `output` (it names the *last*
-    cell that raised and says execution stopped there) by a line at the top linking each cell
-    that raised, first first (usually the cause), and a marker before each of them."""
-    nb = remove_error_markers(nbformat.read(output, as_version=4))
+def mark_errors(nb):
+    """`nb` with papermill's error marker (it names the *last* cell that raised and says
+    execution stopped there) replaced by a line at the top linking each cell that raised, first
+    first (usually the cause), and a marker before each of them."""
+    nb = remove_error_markers(nb)
     cells, links = [], []
     for cell in nb.cells:
-        raised = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        if raised:
+        if raised := _raised(cell):
             anchor = f"cell-error-{len(links) + 1}"
             links.append(f'<a href="#{anchor}">In [{cell.execution_count}]</a> {raised[0].ename}')
             cells.append(_marker("This cell raised; the cells after it ran on.", anchor))
@@ -183,7 +186,7 @@ def mark_errors(output: Path) -> None:
     if links:
         cells.insert(0, _marker("Cells that raised: " + ", ".join(links)))
     nb.cells = cells
-    nbformat.write(nb, str(output))
+    return nb
 
 
 def _marker(html: str, anchor: str = ""):
@@ -218,9 +221,10 @@ def execute(
         )
     except Exception as err:  # noqa: BLE001 - any failure of one notebook is recorded, the run goes on
         error = err
-    if isinstance(error, PapermillExecutionError):
-        mark_errors(output)
     nb = nbformat.read(output, as_version=4) if output.exists() else None
+    if nb is not None and isinstance(error, PapermillExecutionError):
+        nb = mark_errors(nb)
+        nbformat.write(nb, str(output))
     status, detail = classify(output, nb, error)
     return NotebookResult(notebook.stem, status, detail, _duration(nb) if nb is not None else None)
 

@@ -53,9 +53,8 @@ def test_a_raising_cell_does_not_stop_the_cells_after_it(report):
     assert "\n" not in results["raises"].detail  # one line, whatever the message
     assert (out / "raises.results.json").exists()  # the last cell still ran and saved
     nb = nbformat.read(out / "raises.ipynb", as_version=4)
-    top = nb.cells[
-        0
-    ].source  # links the cells that raised, the first first (papermill's: the last)
+    # the first cell links the cells that raised, the first first (papermill's marker: the last)
+    top = nb.cells[0].source
     assert top.index("In [4]</a> ValueError") < top.index("In [5]</a> NameError")
     assert sum("the cells after it ran on" in c.source for c in nb.cells) == 2
 
