@@ -36,6 +36,7 @@ CASES = [
     (None, ["-p", "attn_window=4096"], "attn_window"),
     (None, ["-p", "attn_windows=[8, 99999]"], "attn_windows"),
     (None, ["-p", "attn_dtype=float64x"], "attn_dtype"),
+    (None, ["-p", "attn_causal_dtypes=[bfloat16, int8]"], "attn_causal_dtypes"),
     (None, ["-p", "attn_patterns=[causal, nope]"], "attn_patterns"),
     (None, ["-p", "attn_patterns=[]"], "attn_patterns"),
     (None, ["-p", "attn_block_sizes=[24]"], "attn_block_sizes"),

@@ -330,15 +330,42 @@ def time_patterns(
             section="patterns",
             progress=progress,
         )
-    out = [_headline(r) for r in out]
+    out = [_headline(r, HEADLINE) for r in out]
     first = cfg.pattern("causal" if "causal" in cfg.patterns else cfg.patterns[0])
     return out + backward_case(cfg, first, facts=facts, variant=variant, progress=progress)
 
 
-def _headline(record: rec.Record) -> rec.Record:
+def time_causal_dtypes(
+    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+) -> list[rec.Record]:
+    """Causal forward at the pattern shape in each of `cfg.causal_dtypes` but `cfg.dtype` (whose
+    case is time_patterns'): flex tuned in that dtype (`tune_flex`), then checked and timed
+    against every backend like a pattern (section `causal_dtypes`). Declares a headline per
+    dtype: flex causal forward vs best SDPA backend (<dtype>)."""
+    out = []
+    for dtype in cfg.causal_dtypes:
+        if dtype == cfg.dtype:
+            continue
+        other = dataclasses.replace(cfg, dtype=dtype)
+        variant, tuning = tune_flex(other, facts=facts, progress=progress)
+        timed = forward_case(
+            other,
+            other.pattern("causal"),
+            other.shape(),
+            facts=facts,
+            variant=variant,
+            case="causal",
+            section="causal_dtypes",
+            progress=progress,
+        )
+        out += tuning + [_headline(r, f"{HEADLINE} ({dtype})") for r in timed]
+    return out
+
+
+def _headline(record: rec.Record, title: str) -> rec.Record:
     subject = (record.case, record.implementation, record.mode) == ("causal", FLEX, FORWARD)
     if subject and (record.status != "ok" or record.ratio_vs_baseline is not None):
-        return rec.as_headline(record, HEADLINE)
+        return rec.as_headline(record, title)
     return record
 
 
@@ -422,13 +449,14 @@ def seq_sweep(
 
 
 def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
-    """The notebook's measurements in its order: flex variants, patterns (+ backward),
-    windows, lengths, decode and paged KV, MLA / temporal heads / activations, the cold
+    """The notebook's measurements in its order: flex variants, patterns (+ backward), causal
+    in other dtypes, windows, lengths, decode and paged KV, MLA / temporal heads / activations, the cold
     compile."""
     cfg = AttentionConfig.from_params(params)
     facts = device_facts()
     variant, out = tune_flex(cfg, facts=facts, progress=progress)
     out += time_patterns(cfg, facts=facts, variant=variant, progress=progress)
+    out += time_causal_dtypes(cfg, facts=facts, progress=progress)
     out += window_sweep(cfg, facts=facts, variant=variant, progress=progress)
     out += seq_sweep(cfg, facts=facts, variant=variant, progress=progress)
     out += bench_decode.inference(cfg, facts=facts, variant=variant, progress=progress)

@@ -68,6 +68,12 @@ class AttentionConfig:
     upcast: bool = param(
         True, "also try bf16/fp16 flex computed in fp32 (where tiles are tried); True or False"
     )
+    causal_dtypes: tuple[str, ...] = param(
+        ("float32", "bfloat16"),
+        "dtypes flex causal forward is timed in against every SDPA backend, a headline each: "
+        f"{PREFIX}dtype's is the pattern section's case, every other tunes its own variant "
+        f"(section causal_dtypes); a list among {', '.join(DTYPES)}",
+    )
     cold_compile: bool = param(
         True,
         "time one cold flex compile (fresh process, empty Inductor cache: tens of seconds on a "
@@ -175,6 +181,9 @@ class AttentionConfig:
             f">= {MIN_ROUNDS} (interleaved rounds: the fewest that give a ratio its 95 % interval)",
         )
         parse_dtype(self.dtype, param=p + "dtype", allowed=DTYPES)
+        object.__setattr__(self, "causal_dtypes", tuple(self.causal_dtypes))
+        for dtype in self.causal_dtypes:
+            parse_dtype(dtype, param=p + "causal_dtypes", allowed=DTYPES)
         object.__setattr__(self, "patterns", tuple(self.patterns))
         object.__setattr__(self, "windows", tuple(self.windows))
         object.__setattr__(self, "seq_lens", tuple(self.seq_lens))

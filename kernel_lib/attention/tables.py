@@ -12,6 +12,7 @@ COLUMNS = {
     "case": "case",
     "implementation": "implementation",
     "mode": "mode",
+    "dtype": "dtype",
     "variant": "variant",
     "median_ms": "median_ms",
     "tflops": "tflops_needed",

@@ -26,6 +26,7 @@ PARAMS = {
     "attn_num_global": 5,
     "attn_softcap": 20.0,
     "attn_block_sizes": [FLEX_BLOCK],
+    "attn_causal_dtypes": ["float32", "bfloat16"],
     "attn_cold_compile": False,
     "attn_reps": 6,
     "attn_min_time_s": 0.01,
@@ -52,8 +53,8 @@ def records():
     return bench.suite(PARAMS)
 
 
-def _by_key(records):
-    return {(r.case, r.implementation, r.mode): r for r in records}
+def _by_key(records, dtype="float32"):
+    return {(r.case, r.implementation, r.mode): r for r in records if r.dtype == dtype}
 
 
 def test_every_timed_record_carries_a_passed_check(records):
@@ -84,9 +85,33 @@ def test_pattern_records_carry_the_dense_equivalent_rate(records):
     assert flex.metrics["dense_tflops"] == pytest.approx(dense)
 
 
-def test_headline_is_flex_causal_forward(records):
-    headlines = [(r.case, r.implementation, r.mode) for r in records if r.headline]
-    assert [h for h in headlines if h[0] == "causal"] == [("causal", bench.FLEX, "forward")]
+def test_headline_is_flex_causal_forward_in_each_causal_dtype(records):
+    headlines = [
+        (r.case, r.implementation, r.mode, r.dtype, r.headline) for r in records if r.headline
+    ]
+    assert [h for h in headlines if h[0] == "causal"] == [
+        ("causal", bench.FLEX, "forward", "float32", bench.HEADLINE),
+        ("causal", bench.FLEX, "forward", "bfloat16", f"{bench.HEADLINE} (bfloat16)"),
+    ]
+
+
+def test_causal_in_another_dtype_is_tuned_checked_and_timed_in_it(records):
+    """attn_dtype's causal case is the pattern section's; bf16 gets its own variants (the fp32
+    upcast among them) and its own comparison against the best SDPA backend in bf16."""
+    by_key = _by_key(records, "bfloat16")
+    flex = by_key[("causal", bench.FLEX, "forward")]
+    assert flex.metrics["section"] == "causal_dtypes" and flex.check["pass"]
+    assert flex.baseline.startswith("sdpa") and by_key[("causal", flex.baseline, "forward")]
+    tuned = {
+        r.implementation
+        for r in records
+        if r.dtype == "bfloat16" and r.metrics.get("section") == "flex_variants"
+    }
+    variants = [bench.variant_name(FlexVariant(FLEX_BLOCK, upcast)) for upcast in (False, True)]
+    assert {*variants, bench.PLAIN} <= tuned
+    assert flex.variant in variants
+    sections = {r.metrics.get("section") for r in records if r.dtype == "float32"}
+    assert "causal_dtypes" not in sections  # attn_dtype's case is the pattern section's
 
 
 def test_skips_have_reasons(records):

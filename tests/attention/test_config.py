@@ -32,6 +32,7 @@ def test_defaults_cover_every_pattern():
     ("block_sizes", [64, 48], "attn_block_sizes"),
     ("block_sizes", [], "attn_block_sizes"),
     ("upcast", "yes", "attn_upcast"),
+    ("causal_dtypes", ["bfloat16", "fp8"], "attn_causal_dtypes='fp8'"),
     ("cold_compile", 1, "attn_cold_compile"),
     ("prefix_len", -1, "attn_prefix_len=-1"),
     ("reps", 0, "attn_reps=0"),
