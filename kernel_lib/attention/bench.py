@@ -330,7 +330,7 @@ def time_patterns(
             section="patterns",
             progress=progress,
         )
-    out = [_headline(r, HEADLINE) for r in out]
+    out = [mark_headline(r, HEADLINE) for r in out]
     first = cfg.pattern("causal" if "causal" in cfg.patterns else cfg.patterns[0])
     return out + backward_case(cfg, first, facts=facts, variant=variant, progress=progress)
 
@@ -358,12 +358,16 @@ def time_causal_dtypes(
             section="causal_dtypes",
             progress=progress,
         )
-        out += tuning + [_headline(r, f"{HEADLINE} ({dtype})") for r in timed]
+        out += tuning + [mark_headline(r, f"{HEADLINE} ({dtype})") for r in timed]
     return out
 
 
-def _headline(record: rec.Record, title: str) -> rec.Record:
-    subject = (record.case, record.implementation, record.mode) == ("causal", FLEX, FORWARD)
+def mark_headline(
+    record: rec.Record, title: str, *, case: str = "causal", implementation: str = FLEX
+) -> rec.Record:
+    """`record` declared the headline `title` if it is `implementation`'s forward of `case` with
+    a ratio to show (or one that did not run: its reason is the headline), else unchanged."""
+    subject = (record.case, record.implementation, record.mode) == (case, implementation, FORWARD)
     if subject and (record.status != "ok" or record.ratio_vs_baseline is not None):
         return rec.as_headline(record, title)
     return record

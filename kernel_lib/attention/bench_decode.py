@@ -135,7 +135,7 @@ def time_decode(
     out = []
     for case, shape in tqdm(decode_shapes(cfg).items(), desc="decode", disable=not progress):
         out += decode_case(cfg, shape, facts=facts, case=case, section="decode", progress=progress)
-    return [_headline(r, "gqa_decode", FLEX, DECODE_HEADLINE) for r in out]
+    return [bench.mark_headline(r, DECODE_HEADLINE, case="gqa_decode") for r in out]
 
 
 def decode_sweep(
@@ -193,14 +193,10 @@ def paged_case(
         **bench.timing_options(cfg, progress, this.case),
     )
     out = bench.with_metrics(out, section="paged", kv_len=shape.kv_len, q_len=shape.q_len)
-    return [_headline(r, this.case, FLEX_PAGED, PAGED_HEADLINE) for r in out]
-
-
-def _headline(record: rec.Record, case: str, implementation: str, label: str) -> rec.Record:
-    subject = (record.case, record.implementation) == (case, implementation)
-    if subject and (record.status != "ok" or record.ratio_vs_baseline is not None):
-        return rec.as_headline(record, label)
-    return record
+    return [
+        bench.mark_headline(r, PAGED_HEADLINE, case=this.case, implementation=FLEX_PAGED)
+        for r in out
+    ]
 
 
 def time_gym_patterns(

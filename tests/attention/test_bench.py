@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from kernel_lib.attention import bench
+from kernel_lib.attention import bench, bench_decode
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.shapes import AttentionShape, attention_flops
@@ -93,6 +93,13 @@ def test_headline_is_flex_causal_forward_in_each_causal_dtype(records):
         ("causal", bench.FLEX, "forward", "float32", bench.HEADLINE),
         ("causal", bench.FLEX, "forward", "bfloat16", f"{bench.HEADLINE} (bfloat16)"),
     ]
+
+
+def test_decode_and_paged_headlines_are_their_flex_forward(records):
+    declared = {r.headline: (r.case, r.implementation, r.mode) for r in records if r.headline}
+    assert declared[bench_decode.DECODE_HEADLINE] == ("gqa_decode", bench.FLEX, "forward")
+    paged = ("paged_gqa_decode", bench_decode.FLEX_PAGED, "forward")
+    assert declared[bench_decode.PAGED_HEADLINE] == paged
 
 
 def test_causal_in_another_dtype_is_tuned_checked_and_timed_in_it(records):
