@@ -21,6 +21,7 @@ from matplotlib.patches import Patch
 
 from kernel_lib.aggregate import aggregate_records, counts, repeat_of, run_folders
 from kernel_lib.records import notebook_records
+from kernel_lib.report import build_report, page, scroll, shape_text
 
 RUN_FILE = "run.json"  # as kernel_lib.runner.RUN_FILE
 GALLERY = "index.html"
@@ -90,11 +91,11 @@ def correctness_summary(records: pd.DataFrame) -> pd.DataFrame:
 def headline_rows(records: pd.DataFrame, platform: str) -> pd.DataFrame:
     """One row per declared headline of a report: topic, headline, platform, status, reason,
     kind ('ratio' vs its baseline, or 'fraction' of a measured ceiling), value, low/high (the 95 %
-    interval of a ratio), against (the baseline or ceiling), verdict, and for a repeated report
-    runs and run_min/run_max (the runs' ratios)."""
+    interval of a ratio), against (the baseline or ceiling), verdict, for a repeated report runs
+    and run_min/run_max (the runs' ratios), and the dtype and shape it was measured at."""
     columns = [
         "topic", "headline", "platform", "status", "reason", "kind", "value", "low", "high",
-        "against", "verdict", "runs", "run_min", "run_max",
+        "against", "verdict", "runs", "run_min", "run_max", "dtype", "shape",
     ]  # fmt: skip
     if records.empty or "headline" not in records:
         return pd.DataFrame(columns=columns)
@@ -118,6 +119,8 @@ def headline_rows(records: pd.DataFrame, platform: str) -> pd.DataFrame:
                 "runs": r.get("runs"),
                 "run_min": r.get("ratio_min") if is_ratio else None,
                 "run_max": r.get("ratio_max") if is_ratio else None,
+                "dtype": r.get("dtype") if isinstance(r.get("dtype"), str) else "",
+                "shape": shape_text(r),
             }
         )
     frame = pd.DataFrame(rows, columns=columns)
@@ -149,6 +152,17 @@ def headline_text(row: pd.Series) -> str:
     return text
 
 
+def _measured_at(row: pd.Series) -> str:
+    """'bfloat16 T=4096,D=512,...': what a platform's headline was measured at (platforms size
+    their own cases, so the same headline may differ in shape, or in dtype, between them)."""
+    return " ".join(part for part in (row["dtype"], row["shape"]) if part)
+
+
+def _table_text(row: pd.Series) -> str:
+    text = headline_text(row)
+    return f"{text} · {_measured_at(row)}" if row["status"] == "ok" and _measured_at(row) else text
+
+
 def headline_figures(rows: pd.DataFrame, platforms: list[str]) -> dict[str, Figure]:
     """Per topic, one figure with one panel per declared headline and one horizontal bar per
     platform: the ratio (or fraction of the ceiling) with its 95 % interval as whiskers, a
@@ -171,6 +185,7 @@ def headline_figures(rows: pd.DataFrame, platforms: list[str]) -> dict[str, Figu
 def _headline_panel(ax, rows: pd.DataFrame, platforms: list[str], label: str) -> None:
     by_platform = rows.set_index("platform")
     kinds = set(rows["kind"].dropna())
+    dtypes = set(rows.loc[rows["status"] == "ok", "dtype"]) - {""}
     top = 1.0
     for y, platform in enumerate(platforms):
         if platform not in by_platform.index:
@@ -192,8 +207,11 @@ def _headline_panel(ax, rows: pd.DataFrame, platforms: list[str], label: str) ->
     ax.axvline(1.0, color="k", lw=1, ls="--")
     ax.set_xlim(0, top * 1.2)
     ax.set_ylim(len(platforms) - 0.5, -0.5)  # first platform on top
-    ax.set_yticks(range(len(platforms)), platforms, fontsize=8)
-    ax.set_title(textwrap.fill(str(label), 100), fontsize=9, loc="left")
+    dtype_of = by_platform["dtype"]
+    ticks = [f"{p} · {dtype_of[p]}" if dtype_of.get(p) else p for p in platforms]
+    ax.set_yticks(range(len(platforms)), ticks, fontsize=8)
+    title = str(label) + (" (dtypes differ between platforms)" if len(dtypes) > 1 else "")
+    ax.set_title(textwrap.fill(title, 100), fontsize=9, loc="left")
     if kinds == {"fraction"}:
         ax.set_xlabel("fraction of the measured ceiling (1 = at the ceiling)", fontsize=8)
     else:
@@ -222,8 +240,6 @@ def _figures_html(rows: pd.DataFrame, platforms: list[str]) -> str:
 def platform_sections(records: pd.DataFrame, platform: str) -> tuple[str, str]:
     """A report's own headline plots (one bar each: this platform) and correctness summary, as
     (HTML, Markdown) sections for its index.html and SUMMARY.md."""
-    from kernel_lib.report import scroll
-
     rows = headline_rows(records, platform)
     checks = correctness_summary(records)
     table_md = checks.to_markdown(index=False) if len(checks) else "No records."
@@ -281,8 +297,6 @@ def build_gallery(outputs: str | Path) -> Path:
     """Write `outputs/index.html`: every report folder under `outputs` (device, date, git revision,
     notebook statuses, checks, links) and each topic's declared headlines side by side across
     platforms, as a table and as plots (one panel per headline, one bar per platform)."""
-    from kernel_lib.report import page, scroll
-
     outputs = Path(outputs)
     folders = report_folders(outputs)
     platform_rows, headline_frames = [], []
@@ -305,7 +319,7 @@ def build_gallery(outputs: str | Path) -> Path:
     else:
         listing_html = "<p>No report folder (with a run.json) under this folder yet.</p>"
     if len(rows):
-        table = rows.assign(text=rows.apply(headline_text, axis=1)).pivot_table(
+        table = rows.assign(text=rows.apply(_table_text, axis=1)).pivot_table(
             index=["topic", "headline"],
             columns="platform",
             values="text",
@@ -330,8 +344,6 @@ the envelope of their intervals. Rebuilt from records by <code>python -m kernel_
 def rebuild_reports(folders: list[str | Path] | None = None, *, outputs: str | Path) -> list[Path]:
     """Rebuild the reports of `folders` (default: every report folder under `outputs`) from their
     records: a repeated report's runs first, then its aggregate. Returns the index.html files."""
-    from kernel_lib.report import build_report
-
     folders = [Path(f) for f in folders] if folders else report_folders(outputs)
     written = []
     for folder in folders:

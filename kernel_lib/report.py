@@ -12,13 +12,17 @@ import pandas as pd
 from kernel_lib.records import RESULTS_SUFFIX, load_records
 
 
-def _describe(row: pd.Series) -> str:
-    shape = ",".join(
+def shape_text(row: pd.Series) -> str:
+    """A loaded record's shape (its `shape.*` columns) as `batch=1,heads=4,...`."""
+    return ",".join(
         f"{k[6:]}={int(v) if isinstance(v, float) and v.is_integer() else v}"
         for k, v in row.items()
         if k.startswith("shape.") and pd.notna(v)
     )
-    parts = [row["implementation"], row.get("dtype"), row.get("mode"), shape]
+
+
+def _describe(row: pd.Series) -> str:
+    parts = [row["implementation"], row.get("dtype"), row.get("mode"), shape_text(row)]
     return " ".join(str(p) for p in parts if isinstance(p, str) and p)
 
 

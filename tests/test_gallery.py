@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kernel_lib import __main__ as cli
@@ -17,9 +18,10 @@ from kernel_lib.timing import Ratio, Timing
 T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
 
 
-def _records(facts, speedup: float, *, fp8_runs: bool):
-    base = measured("moe", "forward", "dense_gemm", T, facts=facts, dtype="bfloat16", flops=8e9)
-    fast = measured("moe", "forward", "dispatch_x", T, facts=facts, dtype="bfloat16", flops=4e9)
+def _records(facts, speedup: float, *, fp8_runs: bool, dtype: str):
+    at = {"facts": facts, "dtype": dtype, "shape": {"T": 4096, "E": 8}}
+    base = measured("moe", "forward", "dense_gemm", T, flops=8e9, **at)
+    fast = measured("moe", "forward", "dispatch_x", T, flops=4e9, **at)
     fast = dataclasses.replace(fast, check={"pass": True, "rel_error": 0.0})
     ratio = Ratio(speedup, speedup * 0.95, speedup * 1.05, 0.95, 10)
     moe = [
@@ -68,8 +70,10 @@ def _run(platform: str, facts, notebooks, **extra) -> dict:
     }
 
 
-def _report(folder: Path, facts, speedup: float, *, fp8_runs: bool = True) -> Path:
-    moe, fp8 = _records(facts, speedup, fp8_runs=fp8_runs)
+def _report(
+    folder: Path, facts, speedup: float, *, fp8_runs: bool = True, dtype: str = "bfloat16"
+) -> Path:
+    moe, fp8 = _records(facts, speedup, fp8_runs=fp8_runs, dtype=dtype)
     save_records(moe, "moe", folder)
     save_records(fp8, "fp8", folder)
     for nb in ("moe", "fp8"):  # the executed notebooks the index links to
@@ -93,6 +97,12 @@ def _links(page: Path) -> list[str]:
     return re.findall(r'href="([^"]+)"', page.read_text())
 
 
+def _headline_figures(outputs):
+    folders = gallery.report_folders(outputs)
+    rows = [gallery.headline_rows(gallery.report_records(f), f.name) for f in folders]
+    return gallery.headline_figures(pd.concat(rows, ignore_index=True), [f.name for f in folders])
+
+
 def test_gallery_lists_every_report_and_its_links_resolve(outputs):
     index = gallery.build_gallery(outputs)
     text = index.read_text()
@@ -108,21 +118,31 @@ def test_gallery_lists_every_report_and_its_links_resolve(outputs):
 
 
 def test_one_panel_per_headline_one_bar_per_platform(outputs):
-    rows = [gallery.headline_rows(gallery.report_records(f), f.name) for f in
-            gallery.report_folders(outputs)]  # fmt: skip
-    import pandas as pd
-
-    rows = pd.concat(rows, ignore_index=True)
-    figures = gallery.headline_figures(rows, ["cpu", "h100"])
+    figures = _headline_figures(outputs)
     assert sorted(figures) == ["fp8", "moe"]
     assert len(figures["moe"].axes) == 2 and len(figures["fp8"].axes) == 1
     moe_panel = figures["moe"].axes[0]
     assert len(moe_panel.patches) == 2  # a bar for each platform
-    assert [t.get_text() for t in moe_panel.get_yticklabels()] == ["cpu", "h100"]
+    ticks = [t.get_text() for t in moe_panel.get_yticklabels()]
+    assert ticks == ["cpu · bfloat16", "h100 · bfloat16"]  # each bar's dtype
+    assert "dtypes differ" not in moe_panel.get_title(loc="left")
     assert any(line.get_xdata()[0] == 1.0 for line in moe_panel.lines)  # the reference line
     fp8_panel = figures["fp8"].axes[0]
     assert len(fp8_panel.patches) == 1  # cpu skipped it: a reason in place of its bar
     assert any("no FP8 units" in t.get_text() for t in fp8_panel.texts)
+
+
+def test_a_headline_measured_in_other_dtypes_across_platforms_says_so(tmp_path, cpu_facts):
+    root = tmp_path / "outputs"
+    _report(root / "h100", cpu_facts, 2.0)
+    _report(root / "cpu", cpu_facts, 0.8, dtype="float32")
+    panel = _headline_figures(root)["moe"].axes[0]
+    assert [t.get_text() for t in panel.get_yticklabels()] == ["cpu · float32", "h100 · bfloat16"]
+    assert panel.get_title(loc="left").endswith("(dtypes differ between platforms)")
+    text = gallery.build_gallery(root).read_text()
+    # the table says it too, with the shape
+    assert "0.80x [0.76, 0.84] vs dense_gemm (slower) · float32 T=4096,E=8" in text
+    assert "2.00x [1.90, 2.10] vs dense_gemm · bfloat16 T=4096,E=8" in text
 
 
 def test_each_report_gets_its_plots_correctness_and_notebook_links(outputs):

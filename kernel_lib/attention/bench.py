@@ -317,7 +317,7 @@ def time_patterns(
 ) -> list[rec.Record]:
     """Forward records of every pattern, then forward + backward of causal (or of the first
     pattern when causal is not among them), flex run as `variant`. Declares the headline: flex
-    causal forward."""
+    causal forward vs best SDPA backend (<dtype>)."""
     out = []
     for config in tqdm(cfg.pattern_configs(), desc="patterns", disable=not progress):
         out += forward_case(
@@ -330,7 +330,7 @@ def time_patterns(
             section="patterns",
             progress=progress,
         )
-    out = [mark_headline(r, HEADLINE) for r in out]
+    out = [mark_headline(r, f"{HEADLINE} ({cfg.dtype})") for r in out]
     first = cfg.pattern("causal" if "causal" in cfg.patterns else cfg.patterns[0])
     return out + backward_case(cfg, first, facts=facts, variant=variant, progress=progress)
 
