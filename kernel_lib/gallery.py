@@ -189,7 +189,7 @@ def _headline_panel(ax, rows: pd.DataFrame, platforms: list[str], label: str) ->
     top = 1.0
     for y, platform in enumerate(platforms):
         if platform not in by_platform.index:
-            ax.text(0.02, y, "not run on this platform", va="center", fontsize=8, color="0.4")
+            ax.text(0.02, y, "no record from this platform", va="center", fontsize=8, color="0.4")
             continue
         row = by_platform.loc[platform]
         value, low, high = _num(row["value"]), _num(row["low"]), _num(row["high"])
