@@ -169,12 +169,13 @@ def headline_figures(rows: pd.DataFrame, platforms: list[str]) -> dict[str, Figu
     reference line at 1; a headline that did not run on a platform says why in place of its bar."""
     figures = {}
     for topic, topic_rows in rows.groupby("topic", sort=False):
-        labels = list(dict.fromkeys(topic_rows["headline"]))
-        height = sum(0.9 + 0.32 * len(platforms) for _ in labels)
+        panels = [panel for _, panel in topic_rows.groupby("headline", sort=False)]
+        titles = [textwrap.fill(_panel_title(panel), 110) for panel in panels]
+        height = sum(1.05 + 0.32 * len(platforms) + 0.15 * t.count("\n") for t in titles)
         fig = Figure(figsize=(9, height + 0.3), layout="constrained")
-        axes = fig.subplots(len(labels), 1, squeeze=False)[:, 0]
-        for ax, label in zip(axes, labels):
-            _headline_panel(ax, topic_rows[topic_rows["headline"] == label], platforms, label)
+        axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+        for ax, panel, title in zip(axes, panels, titles):
+            _headline_panel(ax, panel, platforms, title)
         if (topic_rows["kind"] == "ratio").any():
             handles = [Patch(color=c, label=v) for v, c in COLOURS.items()]
             fig.legend(handles=handles, loc="outside upper right", ncols=3, fontsize=8)
@@ -182,10 +183,24 @@ def headline_figures(rows: pd.DataFrame, platforms: list[str]) -> dict[str, Figu
     return figures
 
 
-def _headline_panel(ax, rows: pd.DataFrame, platforms: list[str], label: str) -> None:
+def _panel_title(rows: pd.DataFrame) -> str:
+    """The headline, then the dtype and shape its platforms measured it at, or which of the two
+    differ between them."""
+    label = rows["headline"].iloc[0]
+    ok = rows[rows["status"] == "ok"]
+    if ok.empty:
+        return str(label)
+    at = set(ok.apply(_measured_at, axis=1))
+    if len(at) == 1:
+        (measured,) = at
+        return f"{label} · {measured}" if measured else str(label)
+    differ = [name for name in ("dtype", "shape") if ok[name].nunique() > 1]
+    return f"{label} ({' and '.join(differ)}s differ between platforms: see the table)"
+
+
+def _headline_panel(ax, rows: pd.DataFrame, platforms: list[str], title: str) -> None:
     by_platform = rows.set_index("platform")
     kinds = set(rows["kind"].dropna())
-    dtypes = set(rows.loc[rows["status"] == "ok", "dtype"]) - {""}
     top = 1.0
     for y, platform in enumerate(platforms):
         if platform not in by_platform.index:
@@ -210,8 +225,7 @@ def _headline_panel(ax, rows: pd.DataFrame, platforms: list[str], label: str) ->
     dtype_of = by_platform["dtype"]
     ticks = [f"{p} · {dtype_of[p]}" if dtype_of.get(p) else p for p in platforms]
     ax.set_yticks(range(len(platforms)), ticks, fontsize=8)
-    title = str(label) + (" (dtypes differ between platforms)" if len(dtypes) > 1 else "")
-    ax.set_title(textwrap.fill(title, 100), fontsize=9, loc="left")
+    ax.set_title(title, fontsize=9, loc="left")
     if kinds == {"fraction"}:
         ax.set_xlabel("fraction of the measured ceiling (1 = at the ceiling)", fontsize=8)
     else:

@@ -18,8 +18,8 @@ from kernel_lib.timing import Ratio, Timing
 T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
 
 
-def _records(facts, speedup: float, *, fp8_runs: bool, dtype: str):
-    at = {"facts": facts, "dtype": dtype, "shape": {"T": 4096, "E": 8}}
+def _records(facts, speedup: float, *, fp8_runs: bool, dtype: str, tokens: int):
+    at = {"facts": facts, "dtype": dtype, "shape": {"T": tokens, "E": 8}}
     base = measured("moe", "forward", "dense_gemm", T, flops=8e9, **at)
     fast = measured("moe", "forward", "dispatch_x", T, flops=4e9, **at)
     fast = dataclasses.replace(fast, check={"pass": True, "rel_error": 0.0})
@@ -71,9 +71,15 @@ def _run(platform: str, facts, notebooks, **extra) -> dict:
 
 
 def _report(
-    folder: Path, facts, speedup: float, *, fp8_runs: bool = True, dtype: str = "bfloat16"
+    folder: Path,
+    facts,
+    speedup: float,
+    *,
+    fp8_runs: bool = True,
+    dtype: str = "bfloat16",
+    tokens: int = 4096,
 ) -> Path:
-    moe, fp8 = _records(facts, speedup, fp8_runs=fp8_runs, dtype=dtype)
+    moe, fp8 = _records(facts, speedup, fp8_runs=fp8_runs, dtype=dtype, tokens=tokens)
     save_records(moe, "moe", folder)
     save_records(fp8, "fp8", folder)
     for nb in ("moe", "fp8"):  # the executed notebooks the index links to
@@ -125,7 +131,7 @@ def test_one_panel_per_headline_one_bar_per_platform(outputs):
     assert len(moe_panel.patches) == 2  # a bar for each platform
     ticks = [t.get_text() for t in moe_panel.get_yticklabels()]
     assert ticks == ["cpu · bfloat16", "h100 · bfloat16"]  # each bar's dtype
-    assert "dtypes differ" not in moe_panel.get_title(loc="left")
+    assert moe_panel.get_title(loc="left").endswith("· bfloat16 E=8,T=4096")  # all measured so
     assert any(line.get_xdata()[0] == 1.0 for line in moe_panel.lines)  # the reference line
     fp8_panel = figures["fp8"].axes[0]
     assert len(fp8_panel.patches) == 1  # cpu skipped it: a reason in place of its bar
@@ -138,11 +144,19 @@ def test_a_headline_measured_in_other_dtypes_across_platforms_says_so(tmp_path, 
     _report(root / "cpu", cpu_facts, 0.8, dtype="float32")
     panel = _headline_figures(root)["moe"].axes[0]
     assert [t.get_text() for t in panel.get_yticklabels()] == ["cpu · float32", "h100 · bfloat16"]
-    assert panel.get_title(loc="left").endswith("(dtypes differ between platforms)")
+    assert panel.get_title(loc="left").endswith("(dtypes differ between platforms: see the table)")
     text = gallery.build_gallery(root).read_text()
     # the table says it too, with the shape
-    assert "0.80x [0.76, 0.84] vs dense_gemm (slower) · float32 T=4096,E=8" in text
-    assert "2.00x [1.90, 2.10] vs dense_gemm · bfloat16 T=4096,E=8" in text
+    assert "0.80x [0.76, 0.84] vs dense_gemm (slower) · float32 E=8,T=4096" in text
+    assert "2.00x [1.90, 2.10] vs dense_gemm · bfloat16 E=8,T=4096" in text
+
+
+def test_a_headline_measured_at_other_shapes_across_platforms_says_so(tmp_path, cpu_facts):
+    root = tmp_path / "outputs"
+    _report(root / "h100", cpu_facts, 2.0, tokens=16384)
+    _report(root / "cpu", cpu_facts, 0.8)
+    panel = _headline_figures(root)["moe"].axes[0]
+    assert panel.get_title(loc="left").endswith("(shapes differ between platforms: see the table)")
 
 
 def test_each_report_gets_its_plots_correctness_and_notebook_links(outputs):

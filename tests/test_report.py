@@ -1,6 +1,8 @@
 import dataclasses
 import json
 
+import pandas as pd
+
 from kernel_lib.records import (
     as_headline,
     measured,
@@ -11,7 +13,7 @@ from kernel_lib.records import (
     with_peak,
     with_ratio,
 )  # fmt: skip
-from kernel_lib.report import build_report, headlines
+from kernel_lib.report import build_report, headlines, shape_text
 from kernel_lib.timing import Ratio, Timing
 
 T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
@@ -95,6 +97,13 @@ def test_headline_shape_may_hold_text(cpu_facts):
     assert headlines(to_frame_with_verdict([fast]))[0].endswith(
         "(dispatch_x bfloat16 T=4096,mask=causal)"
     )
+
+
+def test_a_shape_reads_the_same_in_any_column_order():
+    # records of two platforms load with their shape columns in different orders
+    a = pd.Series({"shape.T": 4096.0, "shape.E": 8, "shape.capacity": None})
+    b = pd.Series({"shape.E": 8, "shape.T": 4096, "dtype": "bfloat16"})
+    assert shape_text(a) == shape_text(b) == "E=8,T=4096"
 
 
 def test_headline_inside_the_noise_says_so(cpu_facts):
