@@ -8,6 +8,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogFormatter
 
 from kernel_lib.platform import DeviceFacts, datasheet_for
+from kernel_lib.report import shape_text
 
 # Axis labels: the quantity and its unit, never a raw column name.
 LABELS = {
@@ -41,6 +42,24 @@ def axis_label(column: str) -> str:
     if column in LABELS:
         return LABELS[column]
     return column.split(".", 1)[-1].replace("_", " ")
+
+
+def measured_at(frame: pd.DataFrame) -> str:
+    """What every record of `frame` was measured at: its dtype(s) and each shape field with one
+    value among them ('float32 batch=1,head_dim=64,heads=4'); what varies is on an axis or in
+    the legend."""
+    if frame.empty:
+        return ""
+    fixed = {c: frame[c].iloc[0] for c in frame if c.startswith("shape.")}
+    fixed = {c: v for c, v in fixed.items() if frame[c].nunique(dropna=False) == 1}
+    dtypes = frame["dtype"].dropna().astype(str).unique() if "dtype" in frame else []
+    return " ".join(p for p in (" and ".join(sorted(dtypes)), shape_text(pd.Series(fixed))) if p)
+
+
+def titled(title: str, frame: pd.DataFrame) -> str:
+    """`title`, then on a second line what its records were measured at (`measured_at`)."""
+    at = measured_at(frame)
+    return f"{title}\n{at}" if at else title
 
 
 def interval(frame: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series] | None:
@@ -161,7 +180,9 @@ def sweep(
         ax.errorbar(
             group[x], group[y], yerr=whiskers(group, y), marker="o", capsize=3, label=str(key)
         )
-    ax.set(xlabel=xlabel or axis_label(x), ylabel=ylabel or axis_label(y), title=title)
+    ax.set(
+        xlabel=xlabel or axis_label(x), ylabel=ylabel or axis_label(y), title=titled(title, data)
+    )
     if logx:
         ax.set_xscale("log", base=2)
         plain_log_ticks(ax, "x")
@@ -212,7 +233,7 @@ def roofline(frame: pd.DataFrame, facts: DeviceFacts, ax=None):
         yscale="log",
         xlabel="arithmetic intensity (FLOP/byte)",
         ylabel="GFLOP/s",
-        title=f"Roofline: {facts.name} (measured bandwidth {bw:.0f} GB/s)",
+        title=titled(f"Roofline: {facts.name} (measured bandwidth {bw:.0f} GB/s)", gemm),
     )
     ax.grid(True, which="both", alpha=0.3)
     place_legend(ax)

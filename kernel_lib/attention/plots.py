@@ -12,14 +12,28 @@ import numpy as np
 import pandas as pd
 
 from kernel_lib.attention.patterns import PatternConfig, materialise
-from kernel_lib.plots import grouped_bars, ok_records, place_legend, plain_log_ticks, whiskers
+from kernel_lib.plots import (
+    grouped_bars,
+    nothing_measured,
+    ok_records,
+    place_legend,
+    plain_log_ticks,
+    titled,
+    whiskers,
+)
 
 FLEX = "flex_attention_compiled"
-SHAPE_FIELDS = ("batch", "heads", "seq_len", "head_dim")
 
 
 def _ok(frame: pd.DataFrame, section: str) -> pd.DataFrame:
     return ok_records(frame[frame["metrics.section"] == section])
+
+
+def _nothing(what: str):
+    """The figure of a section where nothing ran here: says so instead of raising."""
+    fig, ax = plt.subplots(figsize=(7, 1.5))
+    nothing_measured(ax, f"{what}: nothing measured (see skipped records)")
+    return fig
 
 
 def plot_masks(
@@ -53,8 +67,11 @@ def plot_masks(
 def plot_pattern_times(frame: pd.DataFrame):
     """Forward time per pattern, one bar per implementation that ran (log scale; whiskers p10 to
     p90 of the timed calls)."""
+    data = _ok(frame, "patterns")
+    if data.empty:
+        return _nothing("forward time per pattern")
     ax, _ = grouped_bars(
-        _ok(frame, "patterns"),
+        data,
         index="case",
         columns="implementation",
         values="median_ms",
@@ -66,7 +83,7 @@ def plot_pattern_times(frame: pd.DataFrame):
     plain_log_ticks(ax)
     ax.set_ylabel("forward time, median (ms, log;\nwhiskers p10 to p90)")
     ax.set_xlabel("pattern")
-    ax.set_title("Forward time per pattern and implementation (lower is better)")
+    ax.set_title(titled("Forward time per pattern and implementation, lower is better", data))
     plt.setp(ax.get_xticklabels(), ha="right")
     place_legend(ax, title="implementation", outside=True)
     ax.figure.tight_layout()
@@ -77,6 +94,8 @@ def plot_pattern_tflops(frame: pd.DataFrame):
     """TFLOP/s per pattern: each implementation on the pattern's needed work, and flex's
     dense-equivalent rate (what the same time would mean if all S^2 pairs were computed)."""
     ok = _ok(frame, "patterns")
+    if ok.empty:
+        return _nothing("throughput per pattern")
     flex = ok[ok["implementation"] == FLEX]
     dense = flex.assign(
         implementation=f"{FLEX} (dense-equivalent)",
@@ -93,7 +112,9 @@ def plot_pattern_tflops(frame: pd.DataFrame):
     )
     ax.set_ylabel("TFLOP/s (whiskers: at the\np90 and p10 times)")
     ax.set_xlabel("pattern")
-    ax.set_title("Throughput per pattern: needed work (bars) and flex dense-equivalent")
+    ax.set_title(
+        titled("Throughput per pattern: needed work (bars) and flex dense-equivalent", ok)
+    )
     plt.setp(ax.get_xticklabels(), ha="right")
     place_legend(ax, title="implementation", outside=True)
     ax.figure.tight_layout()
@@ -105,6 +126,8 @@ def plot_window_speedup(frame: pd.DataFrame):
     vs window, with the FLOP-ratio ideal."""
     data = _ok(frame, "window_sweep")
     data = data[data["implementation"] == FLEX].dropna(subset=["ratio_vs_baseline"])
+    if data.empty:
+        return _nothing("speedup from sparsity")
     data = data.sort_values("metrics.window")
     ratio = data["ratio_vs_baseline"]
     spread = [ratio - data["ratio_low"].fillna(ratio), data["ratio_high"].fillna(ratio) - ratio]
@@ -119,26 +142,22 @@ def plot_window_speedup(frame: pd.DataFrame):
     plain_log_ticks(ax)
     ax.set_xlabel("window (tokens)")
     ax.set_ylabel("speed-up over causal flex (x, 95 % interval)")
-    ax.set_title(f"Speedup from sparsity: causal sliding window vs causal\n{_shape(data)}")
+    ax.set_title(titled("Speedup from sparsity: causal sliding window vs causal", data))
     place_legend(ax)
     fig.tight_layout()
     return fig
 
 
-def _shape(data: pd.DataFrame) -> str:
-    """'B=.. H=.. S=.. D=.. dtype' of the first row (one case's records)."""
-    if not len(data):
-        return "nothing ran"
-    r = data.iloc[0]
-    dims = " ".join(f"{k}={r[f'shape.{n}']}" for k, n in zip("BHSD", SHAPE_FIELDS))
-    return f"{dims} {r['dtype']}"
-
-
 def plot_flex_variants(frame: pd.DataFrame):
     """Forward time of each flex variant beside the plain compiled attention, per tuned pattern
-    (whiskers p10 to p90 of the timed calls); the title names the causal choice here."""
+    and dtype (whiskers p10 to p90 of the timed calls); the title names the causal choice of
+    each dtype here."""
     data = _ok(frame, "flex_variants")
-    tuned_on = data["case"] + ", S=" + data["shape.seq_len"].astype(int).astype(str)
+    if data.empty:
+        return _nothing("flex forward variants")
+    seq_len = data["shape.seq_len"].astype(int).astype(str)
+    tuned_on = data["case"] + ", S=" + seq_len + ", " + data["dtype"]
+    wide = bool(data["median_ms"].max() > 10 * data["median_ms"].min())  # log: all stay visible
     ax, _ = grouped_bars(
         data.assign(
             implementation=data["implementation"].str.removeprefix(f"{FLEX}_"), case=tuned_on
@@ -146,17 +165,23 @@ def plot_flex_variants(frame: pd.DataFrame):
         index="implementation",
         columns="case",
         values="median_ms",
-        figsize=(7, 3.5),
-        rot=0,
+        figsize=(10, 4),
+        logy=wide,
+        rot=30,
     )
-    place_legend(ax, title="tuned on")
-    ax.set_ylabel("forward time, median (ms;\nwhiskers p10 to p90)")
+    if wide:
+        plain_log_ticks(ax)
+    plt.setp(ax.get_xticklabels(), ha="right")
+    place_legend(ax, title="tuned on", outside=True)
+    ax.set_ylabel(f"forward time, median (ms{', log' if wide else ''};\nwhiskers p10 to p90)")
     ax.set_xlabel("flex variant (block tile, compute dtype) or plain comparator")
-    chosen = data.loc[data["case"] == "causal", "variant"].dropna()
-    ax.set_title(
-        f"Flex forward variants, {_shape(data)} (lower is better)\nchosen here: "
-        + (chosen.iloc[0].removeprefix(f"{FLEX}_") if len(chosen) else "none ran")
+    chosen = data[data["case"] == "causal"].dropna(subset=["variant"]).groupby("dtype")["variant"]
+    choice = ", ".join(
+        f"{variant.removeprefix(f'{FLEX}_')} ({dtype})"
+        for dtype, variant in chosen.first().items()
     )
+    title = f"Flex forward variants, lower is better; chosen here: {choice or 'none ran'}"
+    ax.set_title(titled(title, data))
     ax.figure.tight_layout()
     return ax.figure
 
@@ -165,6 +190,8 @@ def plot_compile_times(frame: pd.DataFrame):
     """Seconds of each flex first call (compile + one run), then the cold compile (a fresh
     process, empty Inductor cache); label = graphs it compiled."""
     data = _ok(frame, "compile")
+    if data.empty:
+        return _nothing("flex first calls")
     labels = [
         " ".join([c, i.removeprefix(FLEX).lstrip("_"), f"S={s}", m.replace("first_call", "")])
         for c, i, s, m in zip(
@@ -176,7 +203,9 @@ def plot_compile_times(frame: pd.DataFrame):
     ax.bar_label(bars, labels=[f"{int(g)}" for g in data["metrics.new_graphs"]], fontsize=7)
     ax.set_xticks(np.arange(len(data)), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("first call: compile + one run (s)")
-    ax.set_title("Flex first calls in call order, then a cold compile (label: new graphs)")
+    ax.set_title(
+        titled("Flex first calls in call order, then a cold compile (label: new graphs)", data)
+    )
     fig.tight_layout()
     return fig
 
@@ -185,6 +214,8 @@ def plot_seq_sweep(frame: pd.DataFrame):
     """Forward time vs sequence length, one line per implementation (log-log)."""
     data = _ok(frame, "seq_sweep")
     data = data[data["mode"] == "forward"]
+    if data.empty:
+        return _nothing("causal attention vs sequence length")
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, group in data.groupby("implementation", sort=False):
         group = group.sort_values("shape.seq_len")
@@ -202,7 +233,7 @@ def plot_seq_sweep(frame: pd.DataFrame):
     plain_log_ticks(ax, "x")
     ax.set_xlabel("sequence length S (tokens)")
     ax.set_ylabel("forward time, median (ms; whiskers p10 to p90)")
-    ax.set_title("Causal attention vs sequence length")
+    ax.set_title(titled("Causal attention vs sequence length", data))
     place_legend(ax)
     fig.tight_layout()
     return fig

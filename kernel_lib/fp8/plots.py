@@ -6,7 +6,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernel_lib.plots import axis_label, nothing_measured, ok_records, place_legend, whiskers
+from kernel_lib.plots import (
+    axis_label,
+    nothing_measured,
+    ok_records,
+    place_legend,
+    titled,
+    whiskers,
+)
 
 
 def _ax(ax, size=(7, 4)):
@@ -67,7 +74,7 @@ def bandwidth_bars(frame: pd.DataFrame, *, ax=None):
     ax.set_xticks(range(len(quant)), labels, fontsize="x-small")
     ax.set(
         ylabel="GB/s (x read + FP8 written; whiskers p10 to p90)",
-        title="Quantisation bandwidth vs copy",
+        title=titled("Quantisation bandwidth vs copy", quant),
     )
     place_legend(ax)
     return ax

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from kernel_lib.plots import grouped_bars, nothing_measured, ok_records, place_legend
+from kernel_lib.plots import grouped_bars, nothing_measured, ok_records, place_legend, titled
 
 
 def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
@@ -20,9 +20,8 @@ def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
     grouped_bars(
         data, index="implementation", columns="shape.D", values="tflops", horizontal=True, ax=ax
     )
-    ax.set(
-        xlabel="TFLOP/s (executed expert FLOPs)", ylabel="", title=f"MoE {case}, by hidden size D"
-    )
+    title = titled(f"MoE {case}, by hidden size D", data)
+    ax.set(xlabel="TFLOP/s (executed expert FLOPs)", ylabel="", title=title)
     ax.grid(True, axis="x", alpha=0.3)
     place_legend(ax, title="hidden size D", outside=True)
     return ax

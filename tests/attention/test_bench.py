@@ -2,13 +2,15 @@
 
 import dataclasses
 
+import matplotlib.pyplot as plt
 import pytest
 
-from kernel_lib.attention import bench, bench_decode
+from kernel_lib.attention import bench, bench_decode, plots
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.shapes import AttentionShape, attention_flops
 from kernel_lib.checks import Unsupported
+from kernel_lib.records import to_frame
 
 from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config
 
@@ -184,3 +186,29 @@ def test_flops_count_needed_and_dense():
 def test_bad_shape(field, value):
     with pytest.raises(ValueError, match=field):
         dataclasses.replace(FLEX_SHAPE, **{field: value})
+
+
+PLOTS = (
+    plots.plot_flex_variants,
+    plots.plot_pattern_times,
+    plots.plot_pattern_tflops,
+    plots.plot_window_speedup,
+    plots.plot_compile_times,
+    plots.plot_seq_sweep,
+)
+
+
+@pytest.mark.parametrize("plot", PLOTS, ids=lambda f: f.__name__)
+def test_each_plot_names_the_dtype_and_shape_it_shows(records, plot):
+    fig = plot(to_frame(records))
+    assert f"head_dim={FLEX_SHAPE.head_dim},heads={FLEX_SHAPE.heads}" in fig.axes[0].get_title()
+    assert "float32" in fig.axes[0].get_title()
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("plot", PLOTS, ids=lambda f: f.__name__)
+def test_each_plot_of_a_section_that_did_not_run_says_so(records, plot):
+    fig = plot(to_frame(records).assign(status="skipped"))
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("nothing measured" in t for t in texts)
+    plt.close(fig)

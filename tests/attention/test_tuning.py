@@ -71,7 +71,8 @@ def test_the_variants_plot_names_the_choice(monkeypatch, cpu_facts):
     _, records = bench.tune_flex(CFG, facts=cpu_facts)
     fig = plots.plot_flex_variants(to_frame(records))
     title = fig.axes[0].get_title()
-    assert "chosen here: block64" in title and "S=200 D=16 float32" in title
+    assert "chosen here: block64 (float32)" in title
+    assert title.endswith("float32 batch=2,head_dim=16,heads=3,seq_len=200")
     plt.close(fig)
 
 
