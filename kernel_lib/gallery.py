@@ -194,8 +194,8 @@ def _panel_title(rows: pd.DataFrame) -> str:
     if len(at) == 1:
         (measured,) = at
         return f"{label} · {measured}" if measured else str(label)
-    differ = [name for name in ("dtype", "shape") if ok[name].nunique() > 1]
-    return f"{label} ({' and '.join(differ)}s differ between platforms: see the table)"
+    differ = [f"{name}s" for name in ("dtype", "shape") if ok[name].nunique() > 1]
+    return f"{label} ({' and '.join(differ)} differ between platforms: see the table)"
 
 
 def _headline_panel(ax, rows: pd.DataFrame, platforms: list[str], title: str) -> None:

@@ -157,6 +157,9 @@ def test_a_headline_measured_at_other_shapes_across_platforms_says_so(tmp_path, 
     _report(root / "cpu", cpu_facts, 0.8)
     panel = _headline_figures(root)["moe"].axes[0]
     assert panel.get_title(loc="left").endswith("(shapes differ between platforms: see the table)")
+    _report(root / "cpu", cpu_facts, 0.8, dtype="float32")
+    panel = _headline_figures(root)["moe"].axes[0]
+    assert "(dtypes and shapes differ between" in panel.get_title(loc="left")
 
 
 def test_each_report_gets_its_plots_correctness_and_notebook_links(outputs):
