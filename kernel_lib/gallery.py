@@ -159,8 +159,8 @@ def _measured_at(row: pd.Series) -> str:
 
 
 def _table_text(row: pd.Series) -> str:
-    text = headline_text(row)
-    return f"{text} · {_measured_at(row)}" if row["status"] == "ok" and _measured_at(row) else text
+    text, at = headline_text(row), _measured_at(row)
+    return f"{text} · {at}" if row["status"] == "ok" and at else text
 
 
 def headline_figures(rows: pd.DataFrame, platforms: list[str]) -> dict[str, Figure]:

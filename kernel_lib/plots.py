@@ -50,8 +50,11 @@ def measured_at(frame: pd.DataFrame) -> str:
     the legend."""
     if frame.empty:
         return ""
-    fixed = {c: frame[c].iloc[0] for c in frame if c.startswith("shape.")}
-    fixed = {c: v for c, v in fixed.items() if frame[c].nunique(dropna=False) == 1}
+    fixed = {
+        c: frame[c].iloc[0]
+        for c in frame
+        if c.startswith("shape.") and frame[c].nunique(dropna=False) == 1
+    }
     dtypes = frame["dtype"].dropna().astype(str).unique() if "dtype" in frame else []
     return " ".join(p for p in (" and ".join(sorted(dtypes)), shape_text(pd.Series(fixed))) if p)
 
