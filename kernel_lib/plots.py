@@ -59,10 +59,19 @@ def measured_at(frame: pd.DataFrame) -> str:
     return " ".join(p for p in (" and ".join(sorted(dtypes)), shape_text(pd.Series(fixed))) if p)
 
 
-def titled(title: str, frame: pd.DataFrame) -> str:
-    """`title`, then on a second line what its records were measured at (`measured_at`)."""
-    at = measured_at(frame)
+def subtitled(title: str, at: str) -> str:
+    """`title`, then on a second line what it was measured at, where that is known."""
     return f"{title}\n{at}" if at else title
+
+
+def titled(title: str, frame: pd.DataFrame) -> str:
+    """`title` with what its records were measured at (`measured_at`)."""
+    return subtitled(title, measured_at(frame))
+
+
+def tensor_text(x) -> str:
+    """What a figure drawn from one tensor was measured at: 'float32 512x512'."""
+    return f"{str(x.dtype).removeprefix('torch.')} {'x'.join(map(str, x.shape))}"
 
 
 def interval(frame: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series] | None:

@@ -33,7 +33,7 @@ from kernel_lib.fp8.linear import (
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference
 from kernel_lib.fp8.scaling import Granularity, ScalingMode, scale_shape
-from kernel_lib.fp8.training import loss_checks, make_model, training_runs
+from kernel_lib.fp8.training import loss_checks, make_model, run_names, training_runs
 from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts, device_facts
 from kernel_lib.variants import choose
@@ -356,9 +356,47 @@ def linear_speed(
     return declare(records, headline, {"N": n}, f"FP8 linear ({headline}) vs bf16 linear, n={n}")
 
 
-def skipped_section(facts: DeviceFacts, case: str, reason: str) -> list[rec.Record]:
-    """The record of a notebook section that needs FP8 linears, on a device that has none."""
-    return [rec.skipped(TOPIC, case, "fp8_model", reason, facts=facts)]
+def section_fields(config: Fp8BenchConfig, case: str) -> list[tuple[str, dict]]:
+    """(implementation, dtype and shape) of each record of the 'inference' or 'training' section:
+    the same whether it ran or was skipped, so `compare` matches them across runs and devices."""
+    shape = {
+        "D": config.model_dim,
+        "F": config.model_ffn,
+        "layers": config.model_layers,
+        "rows": config.train_batch * config.model_seq,
+    }
+    fp8 = f"float8_{config.linear_format}"
+    if case == "inference":
+        return [
+            ("bf16_model", {"dtype": "bfloat16", "shape": dict(shape)}),
+            ("fp8_model", {"dtype": fp8, "shape": dict(shape)}),
+        ]
+    shape |= {"steps": config.train_steps}
+    grads = {"grad_format": config.grad_format}
+    return [
+        (run, {"dtype": "bfloat16", "shape": shape | {"seed": seed}})
+        if run == "bf16"
+        else (run, {"dtype": fp8, "shape": shape | {"seed": seed} | grads})
+        for seed in config.seeds
+        for run in run_names(config.train_recipes)
+    ]
+
+
+def training_text(config: Fp8BenchConfig) -> str:
+    """The training section's model and run sizes at the first seed, as its record_id gives
+    them: the training curves' title."""
+    (_, first), *_ = section_fields(config, "training")
+    return ",".join(f"{k}={v}" for k, v in sorted(first["shape"].items()))
+
+
+def skipped_section(
+    config: Fp8BenchConfig, facts: DeviceFacts, case: str, reason: str
+) -> list[rec.Record]:
+    """Every record of a notebook section that needs FP8 linears, on a device that has none."""
+    return [
+        rec.skipped(TOPIC, case, implementation, reason, facts=facts, **fields)
+        for implementation, fields in section_fields(config, case)
+    ]
 
 
 def inference_comparison(config: Fp8BenchConfig, *, device: str) -> InferenceComparison:
@@ -373,9 +411,12 @@ def inference_comparison(config: Fp8BenchConfig, *, device: str) -> InferenceCom
     return compare_inference(model, inputs, config=lin)
 
 
-def inference_records(comparison: InferenceComparison, facts: DeviceFacts) -> list[rec.Record]:
+def inference_records(
+    comparison: InferenceComparison, facts: DeviceFacts, config: Fp8BenchConfig
+) -> list[rec.Record]:
     """Weight memory (from tensor storage) and output error of the bf16 and FP8-converted model."""
     c = comparison
+    fields = dict(section_fields(config, "inference"))
     common = {"converted": len(c.report.converted), "not_converted": len(c.report.not_converted)}
     fp8 = {
         "weight_bytes": c.fp8_weight_bytes,
@@ -390,10 +431,10 @@ def inference_records(comparison: InferenceComparison, facts: DeviceFacts) -> li
             "inference",
             "bf16_model",
             facts=facts,
-            dtype="bfloat16",
             metrics={"weight_bytes": c.bf16_weight_bytes, **c.bf16_error_vs_fp32, **common},
+            **fields["bf16_model"],
         ),
-        rec.info(TOPIC, "inference", "fp8_model", facts=facts, dtype="float8", metrics=fp8),
+        rec.info(TOPIC, "inference", "fp8_model", facts=facts, metrics=fp8, **fields["fp8_model"]),
     ]
 
 
@@ -412,10 +453,13 @@ def training_losses(
     )
 
 
-def training_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record]:
+def training_records(
+    table: pd.DataFrame, facts: DeviceFacts, config: Fp8BenchConfig
+) -> list[rec.Record]:
     """One record per (seed, run) of `loss_checks`: its losses as metrics and its check; `wrong`
     where the run did not learn or did not track bf16."""
     learned, tracks = TOLERANCES["learned"], TOLERANCES["tracks_bf16"]
+    fields = {(f["shape"]["seed"], run): f for run, f in section_fields(config, "training")}
     records = []
     for row in table.itertuples():
         checks = [
@@ -437,9 +481,9 @@ def training_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record
             ),
         ]
         failed = next((c for c in checks if not c.passed), None)
-        shape = {"seed": row.seed}
+        known = fields[(row.seed, row.run)]
         if failed is not None:
-            records.append(rec.wrong(TOPIC, "training", row.run, failed, facts=facts, shape=shape))
+            records.append(rec.wrong(TOPIC, "training", row.run, failed, facts=facts, **known))
             continue
         metrics = {
             "first_loss": row.first_loss,
@@ -453,9 +497,9 @@ def training_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record
                 "training",
                 row.run,
                 facts=facts,
-                shape=shape,
                 metrics=metrics,
                 check=checks[1].as_dict(),
+                **known,
             )
         )
     return records
@@ -471,9 +515,10 @@ def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     if reason := scaled_mm_unsupported(facts.device):
         return (
             records
-            + skipped_section(facts, "inference", reason)
-            + skipped_section(facts, "training", reason)
+            + skipped_section(config, facts, "inference", reason)
+            + skipped_section(config, facts, "training", reason)
         )
-    records += inference_records(inference_comparison(config, device=facts.device), facts)
+    comparison = inference_comparison(config, device=facts.device)
+    records += inference_records(comparison, facts, config)
     losses = training_losses(config, device=facts.device, progress=progress)
-    return records + training_records(loss_checks(losses), facts)
+    return records + training_records(loss_checks(losses), facts, config)

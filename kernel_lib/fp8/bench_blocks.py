@@ -54,15 +54,19 @@ def recipe_errors(config: Fp8BenchConfig) -> pd.DataFrame:
     return recipe_error_table(error_tensors(config), fmt=config.error_format)
 
 
-def recipe_error_records(table: pd.DataFrame, facts: DeviceFacts) -> list[rec.Record]:
+def recipe_error_records(
+    table: pd.DataFrame, facts: DeviceFacts, config: Fp8BenchConfig
+) -> list[rec.Record]:
     """One metrics-only record per row of `recipe_errors` (quantisation runs on the CPU)."""
+    n = config.error_rows
     return [
         rec.info(
             TOPIC,
             "recipe_error",
             row.granularity,
             facts=facts,
-            shape={"tensor": row.tensor},
+            dtype=f"float8_{config.error_format}",
+            shape={"tensor": row.tensor, "rows": n, "cols": n},
             metrics={
                 "sqnr_db": row.sqnr_db,
                 "max_rel_error": row.max_rel_error,
@@ -103,19 +107,24 @@ def grouped_checks(config: Fp8BenchConfig, *, device: str) -> pd.DataFrame:
     )
 
 
+CHECK_SHAPES = {  # the shape columns of each check table
+    "block_gemm_check": ("M", "K", "N"),
+    "grouped_gemm_check": ("tokens", "experts"),
+}
+
+
 def check_records(
-    table: pd.DataFrame, facts: DeviceFacts, *, case: str, shape_columns: tuple[str, ...]
+    table: pd.DataFrame, facts: DeviceFacts, config: Fp8BenchConfig, *, case: str
 ) -> list[rec.Record]:
     """One record per row of a check table: `skipped` with its reason, `wrong` where it failed,
     else untimed with its check (error against the fp64 FP8 reference) carried."""
+    dtype = f"float8_{config.linear_format}"
     out = []
     for row in table.to_dict("records"):
         name = "_".join(str(row[c]) for c in ("implementation", "recipe") if c in row)
-        shape = {c: row[c] for c in shape_columns if c in row}
+        known = {"dtype": dtype, "shape": {c: row[c] for c in CHECK_SHAPES[case]}}
         if row["check"] == "skipped":
-            out.append(
-                rec.skipped(TOPIC, case, name or case, row["reason"], facts=facts, shape=shape)
-            )
+            out.append(rec.skipped(TOPIC, case, name, row["reason"], facts=facts, **known))
             continue
         passed = row["check"] == "PASS"
         check = Check(
@@ -127,19 +136,12 @@ def check_records(
             passed,
         )
         if not passed:
-            out.append(rec.wrong(TOPIC, case, name, check, facts=facts, shape=shape))
+            out.append(rec.wrong(TOPIC, case, name, check, facts=facts, **known))
             continue
         metrics = {"vs_fp8_reference": row["vs_fp8_reference"], "vs_fp64": row["vs_fp64"]}
         out.append(
             rec.info(
-                TOPIC,
-                case,
-                name,
-                facts=facts,
-                shape=shape,
-                dtype="float8",
-                metrics=metrics,
-                check=check.as_dict(),
+                TOPIC, case, name, facts=facts, metrics=metrics, check=check.as_dict(), **known
             )
         )
     return out
@@ -310,19 +312,10 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
 
 def suite(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
     """Every record of these sections, in notebook order."""
-    records = recipe_error_records(recipe_errors(config), facts)
-    shapes = ("M", "K", "N")
-    records += check_records(
-        block_checks(config, device=facts.device),
-        facts,
-        case="block_gemm_check",
-        shape_columns=shapes,
-    )
-    records += check_records(
-        grouped_checks(config, device=facts.device),
-        facts,
-        case="grouped_gemm_check",
-        shape_columns=("tokens", "experts"),
-    )
+    records = recipe_error_records(recipe_errors(config), facts, config)
+    block = block_checks(config, device=facts.device)
+    records += check_records(block, facts, config, case="block_gemm_check")
+    grouped = grouped_checks(config, device=facts.device)
+    records += check_records(grouped, facts, config, case="grouped_gemm_check")
     records += block_linear_speed(config, facts)
     return records + grouped_gemm_speed(config, facts)

@@ -88,6 +88,12 @@ def _skipped(device: str) -> pd.DataFrame | None:
     return None if reason is None else pd.DataFrame([{"check": "skipped", "reason": reason}])
 
 
+def _skipped_cases(cases: list[dict], reason: str) -> pd.DataFrame:
+    """A check table whose every case is 'skipped' with `reason`: its records keep the ids
+    they have where the check runs."""
+    return pd.DataFrame([case | {"check": "skipped", "reason": reason} for case in cases])
+
+
 def _verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -230,8 +236,14 @@ def block_gemm_check(
     its split-K twin (fp32 out) against the fp64 FP8 reference with the recipe's block scales
     and against fp64 of the unquantised inputs; 'skipped' with the reason where a path cannot
     run (a device without FP8 matrix units, or one that refuses the scale layout)."""
-    if (skip := _skipped(device)) is not None:
-        return skip
+    if reason := scaled_mm_unsupported(device):
+        cases = [
+            {"M": m, "K": k, "N": n, "recipe": recipe, "implementation": name}
+            for m, k, n in shapes
+            for recipe in recipes
+            for name in BLOCK_PATHS
+        ]
+        return _skipped_cases(cases, reason)
     rows = []
     for m, k, n in shapes:
         gen = torch.Generator().manual_seed(seed)
@@ -273,8 +285,9 @@ def grouped_gemm_check(
     x (sum(counts), dim) by expert weights (E, ffn, dim) against the fp64 FP8 reference loop
     over experts and fp64 of the unquantised inputs; 'skipped' with the reason where a path
     cannot run."""
-    if (skip := _skipped(device)) is not None:
-        return skip
+    if reason := scaled_mm_unsupported(device):
+        case = {"tokens": sum(counts), "experts": len(counts)}
+        return _skipped_cases([case | {"implementation": n} for n in GROUPED_PATHS], reason)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(sum(counts), dim, generator=gen).to(device)
     w = (torch.randn(len(counts), ffn, dim, generator=gen) / dim**0.5).to(device)

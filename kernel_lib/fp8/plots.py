@@ -11,6 +11,7 @@ from kernel_lib.plots import (
     nothing_measured,
     ok_records,
     place_legend,
+    subtitled,
     titled,
     whiskers,
 )
@@ -20,31 +21,42 @@ def _ax(ax, size=(7, 4)):
     return ax or plt.subplots(figsize=size)[1]
 
 
-def error_histogram(errors: pd.DataFrame, *, title: str = "", ax=None):
+def error_histogram(errors: pd.DataFrame, *, title: str = "", at: str = "", ax=None):
     """Histogram of log10 per-element relative error, one outline per format. errors: columns
-    format, rel_error (nonzero inputs only; exact results sit at the 1e-6 floor, flushed ones at 0)."""
+    format, rel_error (nonzero inputs only; exact results sit at the 1e-6 floor, flushed ones at 0);
+    `at`: the input it was measured on (`tensor_text`)."""
     ax = _ax(ax)
     bins = np.linspace(-6, 0.5, 66)
     for fmt, group in errors.groupby("format", sort=False):
         ax.hist(
             np.log10(group["rel_error"].clip(lower=1e-6)), bins=bins, histtype="step", label=fmt
         )
-    ax.set(xlabel="relative error per element (log10)", ylabel="elements", title=title)
+    ax.set(
+        xlabel="relative error per element (log10)",
+        ylabel="elements",
+        title=subtitled(title, at),
+    )
     place_legend(ax)
     return ax
 
 
 def sqnr_bars(
-    table: pd.DataFrame, *, metric: str = "median_row_sqnr_db", title: str = "", ax=None
+    table: pd.DataFrame,
+    *,
+    metric: str = "median_row_sqnr_db",
+    title: str = "",
+    at: str = "",
+    ax=None,
 ):
-    """`metric` (dB) bars: formats on x, one bar per granularity (from `quantization_error_table`)."""
+    """`metric` (dB) bars: formats on x, one bar per granularity (from `quantization_error_table`);
+    `at`: the input it was measured on (`tensor_text`)."""
     ax = _ax(ax)
     pivot = table.pivot(index="format", columns="granularity", values=metric).loc[
         table["format"].unique()
     ]
     pivot.plot.bar(ax=ax, rot=0)
     ax.set(xlabel="FP8 format", ylabel=f"{axis_label(metric)}, higher is better")
-    ax.set_title(title or axis_label(metric))
+    ax.set_title(subtitled(title or axis_label(metric), at))
     ax.grid(True, axis="y", alpha=0.3)
     place_legend(ax, title="scale granularity", outside=True)
     return ax
@@ -80,8 +92,9 @@ def bandwidth_bars(frame: pd.DataFrame, *, ax=None):
     return ax
 
 
-def training_curves(losses: pd.DataFrame, *, smooth: int = 5, ax=None):
-    """Loss per step per run (rolling mean over `smooth` steps). losses: columns step, run, loss."""
+def training_curves(losses: pd.DataFrame, *, smooth: int = 5, at: str = "", ax=None):
+    """Loss per step per run (rolling mean over `smooth` steps). losses: columns step, run, loss;
+    `at`: the model and run sizes (`bench.training_text`)."""
     ax = _ax(ax)
     styles = ["-", "--", ":", "-."]  # the runs should overlap: dashes keep each visible
     for i, (run, group) in enumerate(losses.groupby("run", sort=False)):
@@ -94,25 +107,28 @@ def training_curves(losses: pd.DataFrame, *, smooth: int = 5, ax=None):
     ax.set(
         xlabel="step",
         ylabel=f"training loss (rolling mean of {smooth})",
-        title="bf16 vs FP8 training",
+        title=subtitled("bf16 vs FP8 training", at),
     )
     ax.grid(True, alpha=0.3)
     place_legend(ax)
     return ax
 
 
-def recipe_error_bars(table: pd.DataFrame, *, title: str = ""):
+def recipe_error_bars(frame: pd.DataFrame):
     """SQNR (dB, higher is better) and max relative error (log scale, lower is better) of each
-    granularity on each tensor, side by side (from `recipe_error_table`)."""
+    granularity on each tensor, side by side (from the `recipe_error` records)."""
+    ok = ok_records(frame)
+    errors = ok[ok["case"] == "recipe_error"]
+    tensors, grans = errors["shape.tensor"].unique(), errors["implementation"].unique()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    tensors = table["tensor"].unique()
-    grans = table["granularity"].unique()
     for ax, metric, better in zip(axes, ("sqnr_db", "max_rel_error"), ("higher", "lower")):
-        pivot = table.pivot(index="tensor", columns="granularity", values=metric)
+        pivot = errors.pivot(
+            index="shape.tensor", columns="implementation", values=f"metrics.{metric}"
+        )
         pivot.loc[tensors, grans].plot.bar(ax=ax, rot=0, legend=False)
         ax.set(xlabel="input tensor", ylabel=f"{axis_label(metric)}, {better} is better")
         ax.grid(True, axis="y", alpha=0.3)
     axes[1].set_yscale("log")
     place_legend(axes[1], title="scale granularity", outside=True)
-    fig.suptitle(title or "Quantisation error per scaling recipe, same tensors")
+    fig.suptitle(titled("Quantisation error per scaling recipe, same tensors", errors))
     return axes

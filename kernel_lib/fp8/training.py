@@ -104,6 +104,11 @@ def train(
     return losses
 
 
+def run_names(recipes: list[str]) -> list[str]:
+    """The run of each training: 'bf16', then 'fp8_<recipe>' per recipe."""
+    return ["bf16", *(f"fp8_{name}" for name in recipes)]
+
+
 def training_runs(
     cfg: TrainConfig,
     *,
@@ -117,10 +122,8 @@ def training_runs(
     """Loss per step of the bf16 run and one FP8 run per scaling recipe (forward operands in
     `fmt`, gradients in `grad_dtype`) per seed, each seed's runs from the same initial weights
     and batches. Columns: seed, run, step, loss."""
-    runs = {"bf16": None} | {
-        f"fp8_{name}": Fp8LinearConfig.from_recipe_name(name, fmt=fmt, grad_dtype=grad_dtype)
-        for name in recipes
-    }
+    fp8 = [Fp8LinearConfig.from_recipe_name(n, fmt=fmt, grad_dtype=grad_dtype) for n in recipes]
+    runs = dict(zip(run_names(recipes), [None, *fp8]))
     rows = []
     for seed in seeds:
         seeded = TrainConfig(**{**cfg.__dict__, "seed": seed})

@@ -11,6 +11,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from kernel_lib import c_kernels, report  # noqa: E402
+from kernel_lib import plots as common_plots  # noqa: E402
 from kernel_lib import records as rec  # noqa: E402
 from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_c, quantize_compiled  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
@@ -145,16 +146,44 @@ def test_inference_and_training_records(frame):
     assert len(train) == 2 * 3 and (train["status"] == "ok").all() and train["check.pass"].all()
 
 
+def test_inference_and_training_records_name_the_model_they_measured(records):
+    model = {"D": CONFIG.model_dim, "F": CONFIG.model_ffn, "layers": CONFIG.model_layers}
+    model |= {"rows": CONFIG.train_batch * CONFIG.model_seq}
+    got = {
+        (r.case, r.implementation, r.shape.get("seed")): r
+        for r in records
+        if r.case in ("inference", "training")
+    }
+    assert got["inference", "bf16_model", None].shape == model
+    assert got["inference", "fp8_model", None].dtype == "float8_e4m3fn"
+    trained = model | {"steps": CONFIG.train_steps, "seed": 1}
+    assert got["training", "bf16", 1].shape == trained
+    fp8 = got["training", "fp8_tensorwise_dynamic", 1]
+    assert fp8.dtype == "float8_e4m3fn" and fp8.shape == trained | {"grad_format": "e5m2"}
+
+
 def test_plots_draw(frame):
     plots.bandwidth_bars(frame)
     plots.bandwidth_bars(frame[frame["case"] == "training"])  # nothing measured: says so
     x = sample_tensor("normal", (64, 64))
-    plots.sqnr_bars(
+    at = common_plots.tensor_text(x)
+    ax = plots.sqnr_bars(
         quantization_error_table(
             x, formats=["e4m3fn", "e5m2"], granularities=["tensorwise", "rowwise"]
-        )
+        ),
+        at=at,
     )
-    plots.error_histogram(relative_errors(x, formats=["e4m3fn", "e5m2"], granularity="tensorwise"))
+    assert ax.get_title() == "median per-row SQNR (dB)\nfloat32 64x64"
+    errors = relative_errors(x, formats=["e4m3fn", "e5m2"], granularity="tensorwise")
+    assert plots.error_histogram(errors, title="t", at=at).get_title() == "t\nfloat32 64x64"
+
+
+def test_training_curves_name_the_model_and_run_sizes():
+    losses = pd.DataFrame(
+        {"step": [0, 1, 0, 1], "run": ["bf16"] * 2 + ["fp8"] * 2, "loss": [1, 0.5, 1, 0.6]}
+    )
+    ax = plots.training_curves(losses, at=bench.training_text(CONFIG))
+    assert ax.get_title() == "bf16 vs FP8 training\nD=32,F=64,layers=1,rows=128,seed=0,steps=20"
 
 
 def test_e5m2_for_e4m3_makes_every_fp8_linear_path_wrong(monkeypatch):
@@ -240,10 +269,15 @@ def test_the_c_quantiser_is_skipped_with_the_reason_it_cannot_build(monkeypatch,
     assert records["compiled_quantize_rowwise"].status == "ok"
 
 
-def test_suite_records_skipped_sections_without_scaled_mm(monkeypatch):
+def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
     for module in (bench, linear):
         monkeypatch.setattr(module, "fp8_matmul_support", lambda device: "unsupported")
-    frame = to_frame(bench.suite(TINY))
+    unsupported = bench.suite(TINY)
+    # the same records, skipped: a run here and one on a device without FP8 match in `compare`
+    assert sorted(rec.record_id(r, "p") for r in unsupported) == sorted(
+        rec.record_id(r, "p") for r in records
+    )
+    frame = to_frame(unsupported)
     fp8 = frame[
         frame["case"].isin(["linear_forward", "inference", "training"])
         & (frame["implementation"] != "bf16_linear")
@@ -256,6 +290,8 @@ def test_suite_records_skipped_sections_without_scaled_mm(monkeypatch):
 def test_recipe_error_records_cover_every_recipe_on_every_tensor(frame):
     errors = frame[frame["case"] == "recipe_error"]
     assert len(errors) == 4 * 5 and errors["metrics.sqnr_db"].notna().all()
+    assert (errors["dtype"] == f"float8_{CONFIG.error_format}").all()
+    assert (errors[["shape.rows", "shape.cols"]] == CONFIG.error_rows).all().all()
     assert set(errors["implementation"]) == {
         "tensorwise", "rowwise", "blockwise", "blockwise_1x128", "mx"
     }  # fmt: skip
@@ -284,10 +320,9 @@ def test_a_failed_check_row_is_a_wrong_record():
         "vs_fp8_reference": 0.3, "vs_fp64": 0.3, "max_abs_error": 1.0, "tolerance": 2**-16,
         "check": "FAIL",
     }])  # fmt: skip
-    (record,) = bench_blocks.check_records(
-        table, device_facts(), case="block_gemm_check", shape_columns=("M", "K", "N")
-    )
+    (record,) = bench_blocks.check_records(table, device_facts(), CONFIG, case="block_gemm_check")
     assert record.status == "wrong" and record.implementation == "split_k_scaled_mm_blockwise"
+    assert (record.dtype, record.shape) == ("float8_e4m3fn", {"M": 5, "K": 128, "N": 16})
 
 
 def test_a_broken_grouped_baseline_is_wrong(monkeypatch):
@@ -297,5 +332,9 @@ def test_a_broken_grouped_baseline_is_wrong(monkeypatch):
     assert _status(records, "bf16_grouped_mm") == "wrong"
 
 
-def test_recipe_error_plot_draws():
-    plots.recipe_error_bars(bench_blocks.recipe_errors(CONFIG))
+def test_recipe_error_plot_draws_the_records_and_names_what_they_measured(frame):
+    axes = plots.recipe_error_bars(frame)
+    assert all(len(ax.patches) == 4 * 5 for ax in axes)  # tensors x granularities
+    assert axes[0].figure.get_suptitle() == (
+        "Quantisation error per scaling recipe, same tensors\nfloat8_e4m3fn cols=128,rows=128"
+    )
