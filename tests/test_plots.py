@@ -5,7 +5,11 @@ import pandas as pd
 
 from kernel_lib import plots
 from kernel_lib.fp8 import plots as fp8_plots
+from kernel_lib.moe import bench as moe_bench
 from kernel_lib.moe import plots as moe_plots
+from kernel_lib.moe.balancing import load_over_steps
+from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.presets import preset
 
 
 def _frame(**columns) -> pd.DataFrame:
@@ -48,4 +52,21 @@ def test_moe_and_fp8_bars_name_it_too():
     )
     ax = fp8_plots.bandwidth_bars(fp8)
     assert ax.get_title() == "Quantisation bandwidth vs copy\nfloat32 MiB=64,heads=4,seq_len=512"
+    plt.close("all")
+
+
+def test_moe_load_plots_name_the_routing_they_count():
+    cfg = MoEBenchConfig.from_params(
+        {"moe_tokens": [256], "moe_hidden": [64], "moe_ffn": [128], "moe_experts": 4}
+    )
+    rows = [
+        {"imbalance": 0.0, "expert": e, "tokens": n, "cv": 0.1} for e, n in enumerate([1, 2, 3])
+    ]
+    ax = moe_plots.expert_load(rows, at=moe_bench.load_text(cfg))
+    assert ax.get_title() == "Expert load\nT=256,E=4,K=2"
+    load = load_over_steps(preset(cfg.balance_preset), steps=2, tokens=64, gamma=0.1, zipf=0.3)
+    ax = moe_plots.load_over_steps(load, at=moe_bench.balance_text(cfg))
+    assert ax.get_title() == f"Expert load over steps\n{cfg.balance_preset} " + (
+        f"T={cfg.preset_tokens},gamma={cfg.balance_gamma},zipf={cfg.preset_zipf}"
+    )
     plt.close("all")

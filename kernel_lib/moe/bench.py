@@ -466,6 +466,20 @@ def section_sweep(
     return out
 
 
+def load_text(cfg: MoEBenchConfig) -> str:
+    """What the load histograms count: the routing of the first shape's tokens (plot titles)."""
+    return f"T={cfg.shapes[0][0]},E={cfg.experts},K={cfg.top_k}"
+
+
+def balance_text(cfg: MoEBenchConfig) -> str:
+    """What the load-over-steps plot routes: the preset, its tokens a step, the bias update's
+    step size and the skew of the logits (plot titles)."""
+    return (
+        f"{cfg.balance_preset} T={cfg.preset_tokens},"
+        f"gamma={cfg.balance_gamma},zipf={cfg.preset_zipf}"
+    )
+
+
 def load_rows(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[dict]:
     """Tokens per expert at each imbalance (one row per expert), for the load histograms."""
     rows = []

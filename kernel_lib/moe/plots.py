@@ -5,7 +5,14 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from kernel_lib.plots import grouped_bars, nothing_measured, ok_records, place_legend, titled
+from kernel_lib.plots import (
+    grouped_bars,
+    nothing_measured,
+    ok_records,
+    place_legend,
+    subtitled,
+    titled,
+)
 
 
 def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
@@ -27,22 +34,25 @@ def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
     return ax
 
 
-def expert_load(rows: list[dict], ax=None):
-    """Tokens per expert, one group of bars per routing imbalance (with its CV in the legend)."""
+def expert_load(rows: list[dict], *, at: str = "", ax=None):
+    """Tokens per expert, one group of bars per routing imbalance (with its CV in the legend);
+    `at`: the routing counted (`bench.load_text`)."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     frame = pd.DataFrame(rows)
     table = frame.pivot(index="expert", columns="imbalance", values="tokens")
     cv = frame.groupby("imbalance")["cv"].first()
     table.columns = [f"imbalance {c} (CV {cv[c]})" for c in table.columns]
     table.plot.bar(ax=ax, rot=0)
-    ax.set(xlabel="expert", ylabel="assignments (tokens x top-k)", title="Expert load")
+    title = subtitled("Expert load", at)
+    ax.set(xlabel="expert", ylabel="assignments (tokens x top-k)", title=title)
     place_legend(ax)
     return ax
 
 
-def load_over_steps(frame: pd.DataFrame, ax=None):
+def load_over_steps(frame: pd.DataFrame, *, at: str = "", ax=None):
     """Busiest and idlest expert's load over the mean at each step, one colour per balancing
-    (balancing.load_over_steps rows); 1 is a perfectly balanced step."""
+    (balancing.load_over_steps rows); 1 is a perfectly balanced step. `at`: what was routed
+    (`bench.balance_text`)."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     for (balancing, data), color in zip(frame.groupby("balancing", sort=False), ("C3", "C0")):
         ax.plot(data["step"], data["max_over_mean"], color=color, label=f"{balancing}: busiest")
@@ -50,6 +60,7 @@ def load_over_steps(frame: pd.DataFrame, ax=None):
             data["step"], data["min_over_mean"], color=color, ls="--", label=f"{balancing}: idlest"
         )
     ax.axhline(1, color="grey", lw=0.8)
-    ax.set(xlabel="step (batch)", ylabel="expert load / mean load", title="Expert load over steps")
+    title = subtitled("Expert load over steps", at)
+    ax.set(xlabel="step (batch)", ylabel="expert load / mean load", title=title)
     place_legend(ax)
     return ax
