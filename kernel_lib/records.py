@@ -282,9 +282,14 @@ def as_headline(record: Record, label: str) -> Record:
     return dataclasses.replace(record, headline=label)
 
 
+def shape_key(shape: dict) -> str:
+    """A shape as 'K=256,M=133,N=128': by name, so the same shape reads the same wherever built."""
+    return ",".join(f"{k}={shape[k]}" for k in sorted(shape))
+
+
 def record_id(record: Record, platform: str) -> str:
     """platform/topic/case/implementation/dtype/mode/shape: stable across runs of one revision."""
-    shape = ",".join(f"{k}={record.shape[k]}" for k in sorted(record.shape))
+    shape = shape_key(record.shape)
     parts = (
         platform,
         record.topic,

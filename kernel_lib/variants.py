@@ -58,7 +58,7 @@ def cached_choice(
 
 
 def _key(kernel: str, case: Case, among: tuple[str, ...]) -> str:
-    shape = ",".join(f"{k}={case.shape[k]}" for k in sorted(case.shape))
+    shape = rec.shape_key(case.shape)
     return f"{kernel}/{case.dtype}/{case.mode}/{shape}/{'|'.join(sorted(among))}"
 
 

@@ -371,12 +371,12 @@ def section_fields(config: Fp8BenchConfig, case: str) -> list[tuple[str, dict]]:
             ("bf16_model", {"dtype": "bfloat16", "shape": dict(shape)}),
             ("fp8_model", {"dtype": fp8, "shape": dict(shape)}),
         ]
-    shape |= {"steps": config.train_steps}
+    trained = shape | {"steps": config.train_steps}
     grads = {"grad_format": config.grad_format}
     return [
-        (run, {"dtype": "bfloat16", "shape": shape | {"seed": seed}})
+        (run, {"dtype": "bfloat16", "shape": trained | {"seed": seed}})
         if run == "bf16"
-        else (run, {"dtype": fp8, "shape": shape | {"seed": seed} | grads})
+        else (run, {"dtype": fp8, "shape": trained | {"seed": seed} | grads})
         for seed in config.seeds
         for run in run_names(config.train_recipes)
     ]
@@ -386,7 +386,7 @@ def training_text(config: Fp8BenchConfig) -> str:
     """The training section's model and run sizes at the first seed, as its record_id gives
     them: the training curves' title."""
     (_, first), *_ = section_fields(config, "training")
-    return ",".join(f"{k}={v}" for k, v in sorted(first["shape"].items()))
+    return rec.shape_key(first["shape"])
 
 
 def skipped_section(
