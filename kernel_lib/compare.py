@@ -32,12 +32,14 @@ exact p is 1/C(6, 3) = 1/20 = 0.05 one-sided, but 2/20 = 0.10 two-sided, so a tw
 0.05 could never confirm anything with 3 runs. The price: choosing the side after looking makes
 this a two-sided test at 0.10 in effect (a record with no change passes the test, in one
 direction or the other, up to 10 % of the time). The factor gates are what keep noise out. Why
-`apart` as well as `ratio`: on a shared VM a process's speed can settle in one of two states
-(measured here: a small MLP at 0.48 or 0.63 ms, fp32 GEMMs 10-20 % apart, from one process to
-the next). With 3 runs a side the test's smallest p is its threshold, so it confirms complete
-separation and nothing finer; the runs of one side all land in the slow state 1 time in 20 by
-chance, the medians then differ by the gap between the states, and with tens of records compared
-at once some record does so in most A/A comparisons (2 real A/A pairs of backend_cpu + fp8, 38
+`apart` as well as `ratio`: on a shared VM the machine's speed for a kernel sits in one of two
+states for seconds to minutes while two threads work, and each run meets one (measured here: a
+small MLP at 0.48 or 0.63 ms, fp32 GEMMs 10-20 % apart, from one process to the next; not the
+process's memory layout, thread pinning, malloc arenas or huge pages: README). With 3 runs a
+side the test's smallest p is its threshold, so it confirms complete separation and nothing
+finer; the runs of one side all land in the slow state 1 time in 20 by chance, the medians
+then differ by the gap between the states, and with tens of records compared at once some
+record does so in most A/A comparisons (2 real A/A pairs of backend_cpu + fp8, 38
 timed records: 3 and 6 `slower` without this gate, 1 and 0 with it). A real change moves every
 run of a side; asking that the runs themselves be apart by the factor keeps a change smaller than
 the run-to-run spread `unconfirmed`. From 5 runs a side the test resolves on its own (smallest p
@@ -45,8 +47,9 @@ the run-to-run spread `unconfirmed`. From 5 runs a side the test resolves on its
 slowdown (measured with `sensitivity`: 8 of 10 trials instead of 10). For a strict two-sided 5 %
 test use >= 4 runs a side (min p = 2/70). What no test on the runs can see: the machine's own drift
 between two reports made one after the other (a section 10-35 % apart in every run; full-workbook
-A/As here: 3 verdicts of 313 records in each of two sequential pairs, none with the runs of the two
-sides interleaved). Interleave the runs of the two sides when comparing revisions (README).
+A/As here: 1-3 verdicts of 313-333 records in each of six sequential pairs, 0 and 1 in two with
+the runs of the two sides interleaved). Interleave the runs of the two sides when comparing
+revisions (README).
 
 Different devices (platform or device name differ between runs): no verdict words at all. The
 table shows the ratio of medians with a spread interval [min over B's runs of p10 / max over A's
