@@ -9,16 +9,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib.records import RESULTS_SUFFIX, load_records
+from kernel_lib.records import RESULTS_SUFFIX, load_records, shape_key
 
 
 def shape_text(row: pd.Series) -> str:
     """A loaded record's shape (its `shape.*` columns) as `batch=1,head_dim=64,...`: by name, as in
     its record_id, so the same shape reads the same whatever order the columns were loaded in."""
-    return ",".join(
-        f"{k[6:]}={int(v) if isinstance(v, float) and v.is_integer() else v}"
-        for k, v in sorted(row.items())
-        if k.startswith("shape.") and pd.notna(v)
+    return shape_key(
+        {
+            k[6:]: int(v) if isinstance(v, float) and v.is_integer() else v
+            for k, v in row.items()
+            if k.startswith("shape.") and pd.notna(v)
+        }
     )
 
 
