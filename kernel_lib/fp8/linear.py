@@ -7,6 +7,8 @@ Letters: M rows of the flattened input (batch x seq), K in_features, N out_featu
 
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import dataclass, field
 
@@ -70,13 +72,31 @@ class Fp8LinearConfig:
         return cls(recipe=scaling_recipe(name), **kwargs)
 
 
+@functools.cache
+def cpu_scaled_mm_error() -> str | None:
+    """oneDNN's reason it cannot run `torch._scaled_mm` on this CPU, or None. Some builds and ISAs
+    have no FP8 matmul primitive (Xeons before Sapphire Rapids, or oneDNN held to AVX2 or
+    AVX512_CORE there: 'could not create a primitive descriptor'); probed once at 16 x 32 x 16,
+    tensorwise and rowwise, bf16 and fp32 out."""
+    a = torch.ones(16, 32).to(torch.float8_e4m3fn)
+    b = torch.ones(16, 32).to(torch.float8_e4m3fn).t()
+    scales = [(torch.tensor(1.0), torch.tensor(1.0)), (torch.ones(16, 1), torch.ones(1, 16))]
+    try:
+        for scale_a, scale_b in scales:
+            for out_dtype in (torch.bfloat16, torch.float32):
+                torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+    except (RuntimeError, NotImplementedError) as err:
+        return (str(err).splitlines() or [type(err).__name__])[0][:160]
+    return None
+
+
 def fp8_matmul_support(device: torch.device | str) -> str:
     """'native' where FP8 tensor cores run _scaled_mm (NVIDIA sm_89+, AMD gfx942/gfx950),
-    'emulated' on CPU (torch's reference emulation, ~0.05-0.2 GFLOP/s here: correct, never timed),
-    'unsupported' elsewhere (e.g. sm_86, where _scaled_mm raises)."""
+    'emulated' on a CPU whose oneDNN runs it (a reference emulation, ~0.05-0.2 GFLOP/s: correct,
+    never timed), 'unsupported' elsewhere (e.g. sm_86, or a CPU where the probe raised)."""
     device = torch.device(device)
     if device.type == "cpu":
-        return "emulated"
+        return "unsupported" if cpu_scaled_mm_error() else "emulated"
     if device.type == "cuda":
         if torch.version.hip:
             arch = torch.cuda.get_device_properties(device).gcnArchName
@@ -91,6 +111,8 @@ def scaled_mm_unsupported(device: torch.device | str) -> str | None:
     device = torch.device(device)
     if fp8_matmul_support(device) != "unsupported":
         return None
+    if device.type == "cpu":
+        return f"unsupported: torch._scaled_mm raised on this CPU ({cpu_scaled_mm_error()})"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     return f"unsupported: torch._scaled_mm needs FP8 matrix units, which {name} lacks"
 

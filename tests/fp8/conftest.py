@@ -27,3 +27,21 @@ def with_nonfinite(x):
 @pytest.fixture
 def rng():
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def refused_scaled_mm(monkeypatch):
+    """A CPU whose oneDNN has no FP8 matmul (a pre-AMX Xeon, or oneDNN held to AVX2/AVX512_CORE
+    there): every torch._scaled_mm raises as it does there, and the probe runs again."""
+    from kernel_lib.fp8 import block_scaled, linear
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    monkeypatch.setattr(linear, "cpu_scaled_mm_error", linear.cpu_scaled_mm_error.__wrapped__)
+    monkeypatch.setattr(
+        block_scaled,
+        "block_scaled_mm_unsupported",
+        block_scaled.block_scaled_mm_unsupported.__wrapped__,
+    )

@@ -287,6 +287,20 @@ def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
     assert fp8["reason"].str.contains("unsupported|not installed").all()
 
 
+def test_a_cpu_whose_onednn_refuses_scaled_mm_skips_every_fp8_gemm_and_keeps_the_rest(
+    records, refused_scaled_mm
+):
+    refused = bench.suite(TINY)
+    assert sorted(rec.record_id(r, "p") for r in refused) == sorted(
+        rec.record_id(r, "p") for r in records
+    )
+    frame = to_frame(refused)
+    assert not frame["status"].isin(["failed", "wrong"]).any()
+    gemms = frame[frame["reason"].fillna("").str.contains("primitive descriptor")]
+    assert {"inference", "training", "block_gemm_check"} <= set(gemms["case"])
+    assert (frame[frame["case"] == "quantize"]["status"] == "ok").any()
+
+
 def test_recipe_error_records_cover_every_recipe_on_every_tensor(frame):
     errors = frame[frame["case"] == "recipe_error"]
     assert len(errors) == 4 * 5 and errors["metrics.sqnr_db"].notna().all()

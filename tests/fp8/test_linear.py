@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 from kernel_lib.checks import relative_error
+from kernel_lib.fp8 import linear
 from kernel_lib.fp8.checks import out_tolerance
 from kernel_lib.fp8.linear import (
     Fp8Linear,
@@ -126,8 +127,14 @@ def test_delayed_history_and_saturation_stats():
     assert layer.last_stats["x"].saturated > 0
 
 
-def test_cpu_path_is_labelled_emulated():
-    assert fp8_matmul_support("cpu") == "emulated"
+def test_cpu_path_is_labelled_emulated_where_onednn_runs_it():
+    refused = linear.cpu_scaled_mm_error()
+    assert fp8_matmul_support("cpu") == ("unsupported" if refused else "emulated")
+
+
+def test_a_cpu_whose_onednn_refuses_scaled_mm_is_unsupported_with_its_reason(refused_scaled_mm):
+    assert fp8_matmul_support("cpu") == "unsupported"
+    assert "could not create a primitive descriptor" in linear.scaled_mm_unsupported("cpu")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA/AMD GPU with FP8 units")
