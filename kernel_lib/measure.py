@@ -42,7 +42,8 @@ class Case:
 class Candidate:
     """One implementation of a case. `fn()` is the timed call; `check(fn())` compares its result
     with an independent reference (kernel_lib.checks.against); the first call raising
-    checks.Unsupported (or running out of memory) makes the record `skipped`."""
+    checks.Unsupported (or running out of memory) makes the record `skipped`, any other error
+    `failed`."""
 
     implementation: str
     fn: Callable[[], object]
@@ -80,16 +81,44 @@ def _slowed(fn: Callable[[], object], fraction: float) -> Callable[[], object]:
     return slowed
 
 
-def _first_call(candidate: Candidate) -> tuple[Check | None, str | None]:
-    """(check, None), or (None, skip reason) when the path cannot run here."""
+def error_line(err: BaseException) -> str:
+    """The traceback's last line ('Name: first line of the message'), at most 200 characters:
+    what a failed record says."""
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:200]
+
+
+def _first_call(candidate: Candidate) -> tuple[Check | None, str | None, str | None]:
+    """(check, None, None); (None, skip reason, None) when the path cannot run here; or (None,
+    None, error line) when it raised anything else (a compile error, a RuntimeError at this
+    shape): that candidate's record is `failed`, the others' go on."""
     try:
-        return candidate.check(candidate.fn()), None
+        return candidate.check(candidate.fn()), None, None
     except Unsupported as why:
-        return None, str(why)
+        return None, str(why), None
     except torch.OutOfMemoryError as why:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        return None, "out of memory: " + str(why).splitlines()[0][:200]
+        return None, "out of memory: " + str(why).splitlines()[0][:200], None
+    except Exception as err:  # noqa: BLE001 - one failing candidate costs only its own record
+        return None, None, error_line(err)
+
+
+class _Raised(Exception):
+    """A timed call of candidate `index` raised `error` (after its checked first call)."""
+
+    def __init__(self, index: int, error: Exception):
+        super().__init__(index, error)
+        self.index, self.error = index, error
+
+
+def _reporting(index: int, fn: Callable[[], object]) -> Callable[[], object]:
+    def call():
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - re-raised with the candidate it came from
+            raise _Raised(index, err) from err
+
+    return call
 
 
 def compare(
@@ -104,7 +133,8 @@ def compare(
     progress: str | None = None,
 ) -> list[rec.Record]:
     """Records of every candidate, in order: `wrong` where its check failed, `skipped` where it
-    cannot run, else timed (interleaved with the others). With `baseline` (an implementation
+    cannot run, `failed` where it raised anything else (its error line; the others go on), else
+    timed (interleaved with the others). With `baseline` (an implementation
     name among the candidates), every other ok record gets ratio_vs_baseline = baseline/this
     with its 95 % interval. Records passed in (already skipped) are kept in place."""
     if baseline is not None and rounds < MIN_ROUNDS:
@@ -124,24 +154,43 @@ def compare(
             "shape": case.shape,
             "mode": case.mode,
         }
-        check, reason = _first_call(c)
+        check, reason, error = _first_call(c)
         if reason is not None:
             out.append(rec.skipped(case.topic, case.case, c.implementation, reason, **ident))
+        elif error is not None:
+            out.append(rec.failed(case.topic, case.case, c.implementation, error, **ident))
         elif not check.passed:
             out.append(rec.wrong(case.topic, case.case, c.implementation, check, **ident))
         else:
             out.append(None)
             timed[index], checks[index] = c, check
     timings = {}
-    if timed:
-        timings = time_interleaved(
-            {i: _slowed(c.fn, injected_slowdown(c.implementation)) for i, c in timed.items()},
-            device=facts.device,
-            rounds=rounds,
-            warmup=warmup,
-            min_time_s=min_time_s,
-            progress=progress,
-        )
+    while timed:  # a candidate that raises while timed is `failed`; the rest are timed again
+        try:
+            timings = time_interleaved(
+                {
+                    i: _reporting(i, _slowed(c.fn, injected_slowdown(c.implementation)))
+                    for i, c in timed.items()
+                },
+                device=facts.device,
+                rounds=rounds,
+                warmup=warmup,
+                min_time_s=min_time_s,
+                progress=progress,
+            )
+            break
+        except _Raised as raised:
+            c = timed.pop(raised.index)
+            out[raised.index] = rec.failed(
+                case.topic,
+                case.case,
+                c.implementation,
+                "while timed: " + error_line(raised.error),
+                facts=facts,
+                dtype=c.dtype or case.dtype,
+                shape=case.shape,
+                mode=case.mode,
+            )
     for index, c in timed.items():
         out[index] = rec.measured(
             case.topic,

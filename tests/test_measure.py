@@ -66,9 +66,41 @@ def test_unsupported_and_out_of_memory_are_skipped(cpu_facts):
     assert records[2] is given
 
 
-def test_other_errors_propagate(cpu_facts):
-    with pytest.raises(ZeroDivisionError):
-        compare(CASE, [_candidate("bug", lambda: 1 / 0)], facts=cpu_facts)
+def test_a_raising_candidate_costs_only_its_own_record(cpu_facts):
+    def compile_error():
+        raise RuntimeError("triton.compiler.errors.CompilationError: at 12:4\nmore lines")
+
+    calls = []
+
+    def raises_while_timed():  # passes its checked first call, then raises
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("shape mismatch in round 2")
+        return A @ B
+
+    records = compare(
+        CASE,
+        [
+            _candidate("base", lambda: A @ B),
+            _candidate("bug", compile_error),
+            _candidate("later", raises_while_timed),
+            _candidate("same", lambda: A @ B),
+        ],
+        facts=cpu_facts,
+        baseline="base",
+        min_time_s=0.01,
+    )
+    base, bug, later, same = records
+    assert (bug.status, bug.reason) == (
+        "failed",
+        "RuntimeError: triton.compiler.errors.CompilationError: at 12:4",
+    )
+    assert (
+        later.status == "failed"
+        and later.reason == "while timed: ValueError: shape mismatch in round 2"
+    )
+    assert (later.mode, later.dtype, later.median_ms) == ("forward", "float32", None)
+    assert base.status == same.status == "ok" and same.ratio_vs_baseline is not None
 
 
 def test_baseline_must_be_a_candidate_and_a_wrong_baseline_gives_no_ratios(cpu_facts):
