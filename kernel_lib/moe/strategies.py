@@ -20,10 +20,15 @@ from kernel_lib.moe.packed import packing_unavailable
 from kernel_lib.moe.routing import Routing
 
 STRATEGIES = (
-    "loop", "sorted_grouped", "sorted_segments", "packed_segments", "padded", "fused_c", "triton"
+    "loop", "sorted_grouped", "sorted_segments", "packed_segments", "padded", "per_core",
+    "fused_c", "triton",
 )  # fmt: skip
-# strategies in modules of their own, imported when asked for (Triton, a C library)
-ELSEWHERE = {"fused_c": "kernel_lib.moe.fused_c", "triton": "kernel_lib.moe.dispatch_triton"}
+# strategies in modules of their own, imported when asked for (Triton, a C library, threads)
+ELSEWHERE = {
+    "fused_c": "kernel_lib.moe.fused_c",
+    "triton": "kernel_lib.moe.dispatch_triton",
+    "per_core": "kernel_lib.moe.per_core",
+}
 ANY_EXPERTS = ("loop",)  # strategies that run every expert family; the others FFN experts only
 
 
@@ -68,6 +73,13 @@ def unavailable(
         from kernel_lib.moe.fused_c import fused_unavailable
 
         return fused_unavailable(x, experts)
+    if name == "per_core":
+        if backward:
+            return "experts scheduled over cores write one preallocated buffer (no autograd)"
+        if compiled:
+            return "its worker threads are opaque to torch.compile; timed as it is"
+        if x.device.type != "cpu":
+            return f"schedules experts over CPU cores, not {x.device.type}"
     if name == "packed_segments":
         if backward:
             return "prepacked oneDNN weights are inference only (no autograd)"

@@ -13,11 +13,15 @@ from kernel_lib.moe.dispatch import (
     sum_slots,
 )  # fmt: skip
 from kernel_lib.moe.experts import ACTIVATIONS
+from kernel_lib.moe.per_core import dispatch_per_core
 from tests.moe.conftest import as_fp64, make_experts, random_routing
 
 DIFFERENTIABLE = [dispatch_sorted_grouped, dispatch_sorted_segments, dispatch_padded]
-FAST = [*DIFFERENTIABLE, dispatch_packed_segments]
-ANY_SHAPE = [dispatch_loop, dispatch_sorted_segments, dispatch_packed_segments, dispatch_padded]
+FAST = [*DIFFERENTIABLE, dispatch_packed_segments, dispatch_per_core]
+ANY_SHAPE = [
+    dispatch_loop, dispatch_sorted_segments, dispatch_packed_segments, dispatch_padded,
+    dispatch_per_core,
+]  # fmt: skip
 
 
 def _check(fn, x, routing, experts, *, rtol=2e-5):
