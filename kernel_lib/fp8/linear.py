@@ -8,7 +8,6 @@ Letters: M rows of the flattened input (batch x seq), K in_features, N out_featu
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import dataclass, field
 

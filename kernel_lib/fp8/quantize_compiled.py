@@ -109,6 +109,19 @@ def _quantize_impl(
 EXACT_DIVISION = {"eager_numerics.division_rounding": True}
 
 
+def inductor_patch(settings: dict):
+    """torch._inductor.config.patch(settings), or Unsupported naming the first key the running
+    torch lacks (a key added after it: torch 2.11 has no eager_numerics.division_rounding)."""
+    for key in settings:
+        try:
+            functools.reduce(getattr, key.split("."), torch._inductor.config)
+        except AttributeError:
+            raise Unsupported(
+                f"torch {torch.__version__}'s Inductor has no config key {key}"
+            ) from None
+    return torch._inductor.config.patch(settings)
+
+
 def _scale(group_amax: torch.Tensor, fp8_max: float) -> torch.Tensor:
     """fp8_max / amax as a true division (`fp8_max / t` compiles to a reciprocal and a multiply,
     which rounds differently), the same in eager and in the compiled graph."""
@@ -183,7 +196,7 @@ def compiled_quantize(
     try:
         with (
             torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True),
-            torch._inductor.config.patch(EXACT_DIVISION),
+            inductor_patch(EXACT_DIVISION),
         ):
             codes = out.view(torch.uint8) if cast == "bits" else out
             got = _compiled(fmt, gran, cast, fuse_rows)(x, codes)

@@ -301,6 +301,15 @@ def test_a_cpu_whose_onednn_refuses_scaled_mm_skips_every_fp8_gemm_and_keeps_the
     assert (frame[frame["case"] == "quantize"]["status"] == "ok").any()
 
 
+def test_an_inductor_key_this_torch_lacks_skips_the_compiled_quantisers_only(monkeypatch):
+    monkeypatch.setattr(quantize_compiled, "EXACT_DIVISION", {"eager_numerics.added_later": True})
+    records = {r.implementation: r for r in bench.quantize_bandwidth(CONFIG, device_facts())}
+    compiled = [r for name, r in records.items() if name.startswith("compiled_quantize")]
+    assert compiled and all(r.status == "skipped" for r in compiled)
+    assert "no config key eager_numerics.added_later" in compiled[0].reason
+    assert records["copy"].status == records["quantize_rowwise"].status == "ok"
+
+
 def test_recipe_error_records_cover_every_recipe_on_every_tensor(frame):
     errors = frame[frame["case"] == "recipe_error"]
     assert len(errors) == 4 * 5 and errors["metrics.sqnr_db"].notna().all()
