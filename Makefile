@@ -14,13 +14,14 @@ export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Re-runs only when requirements.txt changes. The .pth file puts kernel_lib on the venv's path.
+# Re-runs only when requirements.txt changes. The .pth file puts this checkout's kernel_lib on the
+# venv's path for interactive use; `kernel_lib run` and `make lab` put their own checkout first.
 $(STAMP): requirements.txt | $(PY)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
 	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
 	  | xargs -I{} sh -c 'echo "$(CURDIR)" > {}/kernel_workbook.pth'
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
-	  --display-name "Python ($(KERNEL))" --env TORCHINDUCTOR_CACHE_DIR "$(TORCHINDUCTOR_CACHE_DIR)"
+	  --display-name "Python ($(KERNEL))"
 	touch $@
 
 setup: $(STAMP)
@@ -49,8 +50,10 @@ reference: setup
 	$(PY) -m kernel_lib run --platform ci --out outputs/reference
 
 # JupyterLab refuses to start as root unless told (containers, cloud VMs often run as root).
+# Its kernels import this checkout's kernel_lib, whichever checkout made the venv.
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(VENV)/bin/jupyter lab \
+	  --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf $(VENV) .cache
@@ -80,7 +83,7 @@ $(XLA_STAMP): requirements-tpu.txt | $(XLA_PY)
 	$(XLA_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
 	  | xargs -I{} sh -c 'echo "$(CURDIR)" > {}/kernel_workbook.pth'
 	$(XLA_PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
-	  --display-name "Python ($(KERNEL), torch_xla)" --env TORCHINDUCTOR_CACHE_DIR "$(TORCHINDUCTOR_CACHE_DIR)"
+	  --display-name "Python ($(KERNEL), torch_xla)"
 	touch $@
 
 xla-setup: $(XLA_STAMP)

@@ -1,7 +1,8 @@
 """`python -m kernel_lib {run,report,platforms,bench,check,compare,sensitivity,export,params,cloud}`: the functions the
 Makefile calls, the tools that compare and export reports, and the cloud fan-out (kernel_lib.cloud).
 
-Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed, 2 bad input (nothing ran).
+Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed or the disk did
+(one line: `error: ...`), 2 bad input (nothing ran), 130 interrupted (Ctrl-C).
 `compare`: 0 nothing slower or lost, 1 something slower or lost, 2 bad input.
 """
 
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kernel_lib import allocator
 from kernel_lib.params import (
     ROOT,
     ParameterError,
@@ -112,6 +114,27 @@ def cmd_platforms(args) -> int:
     return 0
 
 
+def _bench_under_allocator(args, plan) -> int:
+    """The same `bench` in a child process started as the runner starts each notebook kernel: the
+    plan's allocator (its variables are read at process start) and this checkout's code, so
+    `bench` and the notebooks time under one malloc."""
+    from kernel_lib.runner import code_environment, kernel_allocator
+
+    clean = {k: v for k, v in os.environ.items() if k not in allocator.VARIABLES}
+    env = {**clean, **code_environment(), **kernel_allocator(plan)}
+    command = [
+        sys.executable,
+        "-m",
+        "kernel_lib",
+        "bench",
+        args.topic,
+        "--platform",
+        plan.platform,
+    ]
+    command += [arg for p in args.param for arg in ("-p", p)] + (["--json"] if args.json else [])
+    return subprocess.run(command, env=env).returncode
+
+
 def cmd_bench(args) -> int:
     from kernel_lib.records import stamp, summary_table, to_dicts
 
@@ -123,6 +146,8 @@ def cmd_bench(args) -> int:
         notebook = next((nb for nb in plan.notebooks if nb.startswith("backend_")), None)
     if notebook not in plan.notebooks:
         raise ParameterError(f"platform {plan.platform!r} does not run the {args.topic} notebook")
+    if os.environ.get(allocator.ENV) != plan.allocator:
+        return _bench_under_allocator(args, plan)
     params = {**notebook_defaults(notebook), **plan.parameters_for(notebook)}
     records = importlib.import_module(module_name).suite(params, progress=not args.json)
     records = stamp(records, platform=plan.platform)
@@ -138,6 +163,13 @@ def cmd_check(args) -> int:
     """Re-execute a report's notebooks (a copy, so the report is untouched) and compare the
     outputs of cells tagged nbval-check-output."""
     platform = _platform(args.platform)
+    reports = sorted(
+        p.name for p in OUTPUTS.iterdir() if p.is_dir() and not p.name.startswith(".")
+    )
+    if platform not in reports:  # a folder's name, never a path out of outputs/ or .cache/nbval/
+        raise ParameterError(
+            f"--platform {platform!r}: no report folder outputs/{platform} (have {reports})"
+        )
     source = OUTPUTS / platform
     notebooks = sorted(source.glob("*.ipynb"))
     if not notebooks:
@@ -179,6 +211,21 @@ def cmd_params(args) -> int:
 
     print(parameters_doc(args.notebooks, markdown=args.markdown))
     return 0
+
+
+ERROR_CHARS = 300  # a printed error line is cut here (a long path list, a parser's message)
+
+
+def _line(message) -> str:
+    """`message` as one line of at most ERROR_CHARS characters."""
+    text = " ".join(str(message).split())
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
+def _disk_error(err: OSError) -> str:
+    """'PATH: reason' for an OSError that names its path, else its message."""
+    paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+    return f"{' -> '.join(paths)}: {err.strerror}" if paths and err.strerror else str(err)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,20 +318,26 @@ def main(argv: list[str] | None = None) -> int:
     add_cloud_parser(sub)
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["compare"]:
-        from kernel_lib.compare import cli as compare_cli
-
-        return compare_cli(argv[1:])
-    if argv[:1] == ["sensitivity"]:
-        from kernel_lib.sensitivity import cli as sensitivity_cli
-
-        return sensitivity_cli(argv[1:])
-    args = parser.parse_args(argv)
     try:
+        if argv[:1] == ["compare"]:
+            from kernel_lib.compare import cli as compare_cli
+
+            return compare_cli(argv[1:])
+        if argv[:1] == ["sensitivity"]:
+            from kernel_lib.sensitivity import cli as sensitivity_cli
+
+            return sensitivity_cli(argv[1:])
+        args = parser.parse_args(argv)
         return args.func(args)
     except ParameterError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_line(err)}", file=sys.stderr)
         return 2
+    except OSError as err:  # a read-only or full disk, a folder that cannot be replaced
+        print(f"error: {_line(_disk_error(err))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as err:  # its message, if any, says what was left unchanged
+        print(_line(f"interrupted{': ' if str(err) else ''}{err}"), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -4,15 +4,22 @@ Each notebook ends `ok`, `failed` (cell and error line), `timed out`, `kernel di
 (it ran cleanly and every record it saved is skipped: its hardware is absent). A cell that raises
 does not stop its notebook: the cells after it still run, so one failed check or crashed section
 costs neither the other sections' figures nor the records (the last cell saves them); the notebook
-is `failed` with its first error. The run is staged in a sibling folder and swapped in at the end,
-so an interrupted run leaves the previous report untouched.
+is `failed` with its first error.
+
+The runner replaces only what it made: an `out` folder that is new, empty, or one of its reports,
+never a file, someone's folder or the checkout. One run at a time per folder (a lock beside it).
+The run is staged in a sibling folder and swapped in at the end, so an interrupted or failed run
+leaves the previous report untouched, and a finished run that cannot be swapped in is kept. The
+notebook kernels run this checkout's kernel_lib (ROOT first on PYTHONPATH) and its compile cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime as dt
+import fcntl
 import json
 import os
 import re
@@ -37,6 +44,8 @@ from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RU
 
 KERNEL_NAME = "kernel-workbook"
 RUN_FILE = "run.json"
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # compiled kernels (flex_attention, torch.compile) persist
+KEPT = "unswapped"  # `<out>.unswapped-<time>`: a finished run that could not replace <out>
 FAILED_STATUSES = ("failed", "timed out", "kernel died")
 
 
@@ -135,14 +144,16 @@ def _cell_errors(nb) -> list[str]:
 
 
 def _saved_status(results_path: Path) -> tuple[str, str] | None:
-    """From the saved records: failed when any record failed its check (a wrong answer fails the
-    run even if no cell raised), skipped when every record is (the hardware is absent)."""
+    """From the saved records: failed when any record failed its check or raised (a wrong answer
+    or a failed candidate fails the run even if no cell raised), skipped when every record is
+    (the hardware is absent)."""
     if not results_path.exists():
         return None
     rows = json.loads(results_path.read_text())
-    wrong = [f"{r['case']}/{r['implementation']}" for r in rows if r["status"] == "wrong"]
-    if wrong:
-        return "failed", f"{len(wrong)} records failed their check: {', '.join(wrong[:5])}"
+    for status, what in (("wrong", "failed their check"), ("failed", "raised")):
+        bad = [f"{r['case']}/{r['implementation']}" for r in rows if r["status"] == status]
+        if bad:
+            return "failed", f"{len(bad)} records {what}: {', '.join(bad[:5])}"
     if rows and all(r["status"] == "skipped" for r in rows):
         return "skipped", rows[0]["reason"]
     return None
@@ -309,33 +320,115 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _is_report(folder: Path) -> bool:
+    """A report this runner wrote: its run.json names a platform and a run id."""
+    try:
+        run = json.loads((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(run, dict) and {"platform", "run_id"} <= run.keys()
+
+
+def _check_out(out_dir: Path) -> None:
+    """ParameterError unless `out_dir` is the runner's to replace: new, empty, or a report."""
+    if out_dir == ROOT or out_dir in ROOT.parents:
+        why = "is or contains the repository"
+    elif out_dir.exists() and not out_dir.is_dir():
+        why = "is a file"
+    elif out_dir.is_dir() and any(out_dir.iterdir()) and not _is_report(out_dir):
+        why = f"holds files that are not a report (no {RUN_FILE} of a run): choose a new folder"
+    else:
+        return
+    raise ParameterError(f"--out {out_dir} {why}")
+
+
+@contextlib.contextmanager
+def _locked(out_dir: Path):
+    """Hold `.lock-<name>` beside `out_dir` for the block (flock: the lock ends with the process,
+    even a killed one); ParameterError naming the holder when another run has it."""
+    path = out_dir.parent / f".lock-{out_dir.name}"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another run"
+            os.close(fd)
+            raise ParameterError(
+                f"--out {out_dir} is being written by {holder}: wait for it or choose another --out"
+            ) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder finished and removed it between our open and flock: again
+    try:
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        os.write(fd, f"run pid {os.getpid()} (started {started})".encode())
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _keep(staging: Path, out_dir: Path) -> Path:
+    """Move a finished run that did not replace `out_dir` to a name no run cleans up (where that
+    fails too, it stays in `staging`, which a later run keeps as well); return where it is."""
+    kept = out_dir.with_name(f"{out_dir.name}.{KEPT}-{dt.datetime.now():%Y%m%dT%H%M%S}")
+    try:
+        staging.rename(kept)
+    except OSError:
+        return staging
+    return kept
+
+
 def _clean_after_killed_runs(out_dir: Path) -> None:
-    """Staging folders of runs whose process died (SIGKILL, power loss) go; a report caught
-    mid-swap (renamed away, the new one not yet in place) is put back."""
+    """Under the lock, what runs killed (SIGKILL, power loss) left: a report caught mid-swap
+    (renamed away, the new one not in place) comes back, a finished run (its staging holds a
+    run.json) is kept (`_keep`), unfinished staging folders go."""
     for path in out_dir.parent.glob(f".*-{out_dir.name}-*"):
         kind, _, pid = path.name[1:].rpartition(f"-{out_dir.name}-")
         if kind not in ("staging", "previous") or not pid.isdigit() or _pid_alive(int(pid)):
             continue
         if kind == "previous" and not out_dir.exists():
             path.rename(out_dir)
+        elif kind == "staging" and (path / RUN_FILE).exists():
+            kept = _keep(path, out_dir)
+            print(f"a finished run that was not swapped in is in {kept}", file=sys.stderr)
         else:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _stage(out_dir: Path, repeat: int = 1) -> Path:
-    """A fresh staging folder, starting as a copy of the last report when it has the same layout
-    (one run, or `run-*/` folders): its results are kept until a notebook's new ones replace them."""
+@contextlib.contextmanager
+def _owned(out_dir: Path):
+    """`out_dir` held for one run: checked (`_check_out`), locked, rid of killed runs' leftovers."""
+    _check_out(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(out_dir):
+        _clean_after_killed_runs(out_dir)
+        yield
+
+
+def _stage(out_dir: Path, repeat: int = 1) -> tuple[Path, dict]:
+    """A fresh staging folder and the run.json of the report it continues ({} if none): a copy of
+    the last report when it has the same layout (one run, or `run-*/` folders), whose results are
+    kept until a notebook's new ones replace them. Not its run.json: staging holds one only once
+    its own run has finished. A failed copy leaves nothing."""
     staging = out_dir.parent / f".staging-{out_dir.name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    if (
-        out_dir.exists()
-        and (out_dir / RUN_FILE).exists()
-        and (repeat_of(out_dir) > 1) == (repeat > 1)
-    ):
-        shutil.copytree(out_dir, staging)
-    else:
-        staging.mkdir(parents=True)
-    return staging
+    previous = {}
+    try:
+        if (out_dir / RUN_FILE).exists() and (repeat_of(out_dir) > 1) == (repeat > 1):
+            previous = json.loads((out_dir / RUN_FILE).read_text())
+            shutil.copytree(out_dir, staging)
+            (staging / RUN_FILE).unlink()
+        else:
+            staging.mkdir(parents=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging, previous
 
 
 def _set_aside(staging: Path, name: str) -> Path:
@@ -367,12 +460,67 @@ def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResu
 
 
 def _swap_in(staging: Path, out_dir: Path) -> None:
-    """Replace the old report with the new one; the old one is deleted only once replaced."""
+    """Replace the old report with the finished one; the old one is deleted only once replaced.
+    When that fails the old report stays, the finished run is kept (`_keep`) and an OSError says
+    where it is."""
     previous = out_dir.parent / f".previous-{out_dir.name}-{os.getpid()}"
-    if out_dir.exists():
-        out_dir.rename(previous)
-    staging.rename(out_dir)
+    try:
+        if out_dir.exists():
+            out_dir.rename(previous)
+        staging.rename(out_dir)
+    except OSError as err:
+        if previous.exists() and not out_dir.exists():
+            with contextlib.suppress(OSError):  # else the next run puts it back
+                previous.rename(out_dir)
+        raise OSError(
+            f"the finished run is in {_keep(staging, out_dir)}: it could not replace {out_dir} "
+            f"({err.strerror or err})"
+        ) from err
     shutil.rmtree(previous, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _staged(out_dir: Path, repeat: int = 1):
+    """A new report of `out_dir` staged (`_stage`: yields the folder and the previous run.json),
+    swapped in when the block ends; when it raises, staging goes and `out_dir` is unchanged."""
+    staging, previous = _stage(out_dir, repeat)
+    try:
+        yield staging, previous
+    except BaseException as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(err, KeyboardInterrupt):
+            unchanged = f"the previous report in {out_dir} is unchanged"
+            raise KeyboardInterrupt(
+                unchanged if out_dir.exists() else f"nothing was written to {out_dir}"
+            ) from None
+        raise
+    _swap_in(staging, out_dir)
+
+
+@contextlib.contextmanager
+def _environment(variables: dict, cleared: tuple = ()):
+    """os.environ, which the notebook kernels inherit, with `cleared` removed and `variables` set
+    for the block."""
+    saved = {k: os.environ.get(k) for k in (*cleared, *variables)}
+    for key in cleared:
+        os.environ.pop(key, None)
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def code_environment(environ=os.environ) -> dict:
+    """The variables that make a notebook kernel run this checkout's code: ROOT first on
+    PYTHONPATH (ahead of the .pth that whichever checkout made the venv wrote into it) and ROOT's
+    compile cache, unless `environ` names a cache."""
+    others = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
+    return {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *others]),
+        CACHE_ENV: environ.get(CACHE_ENV) or str(ROOT / ".cache" / "inductor"),
+    }
 
 
 def kernel_allocator(plan: Plan) -> dict:
@@ -395,75 +543,83 @@ def run_plan(
     *,
     kernel_name: str = KERNEL_NAME,
     progress: bool = True,
-    run_suffix: str = "",
 ) -> list[NotebookResult]:
     """Run every notebook of `plan` into `out_dir` and build its report; failures don't stop the run.
-    `run_suffix` ends the run id (the runs of `run_repeated` say which they are)."""
-    from kernel_lib.report import build_report
-
+    ParameterError (nothing run) when `out_dir` is not the runner's to replace or another run
+    holds it; OSError (the previous report unchanged) when the disk fails."""
     kernel_env = kernel_allocator(plan)
     out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _clean_after_killed_runs(out_dir)
-    staging = _stage(out_dir)
-    previous = (
-        json.loads((staging / RUN_FILE).read_text()) if (staging / RUN_FILE).exists() else {}
-    )
-    earlier = {r["notebook"]: r for r in previous.get("notebooks", [])}
+    with _owned(out_dir):
+        return _run(plan, out_dir, kernel_env, kernel_name=kernel_name, progress=progress)
+
+
+def _run(
+    plan: Plan,
+    out_dir: Path,
+    kernel_env: dict,
+    *,
+    kernel_name: str,
+    progress: bool,
+    run_suffix: str = "",
+) -> list[NotebookResult]:
+    """`run_plan` in a folder already held. `run_suffix` ends the run id (the runs of
+    `run_repeated` say which they are)."""
+    from kernel_lib.report import build_report
+
     started = dt.datetime.now(dt.timezone.utc)
     git = _git_revision()
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
     identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
-    changed = (RUN_ID_ENV, PLATFORM_ENV, RESULTS_DIR_ENV, allocator.ENV, *allocator.VARIABLES)
-    saved_env = {k: os.environ.get(k) for k in changed}
-    # read by save_records: results go into the report being staged (a notebook's own
-    # `results_dir` parameter is for runs by hand: load_plan refuses it)
-    os.environ.update(
-        {RUN_ID_ENV: run_id, PLATFORM_ENV: plan.platform, RESULTS_DIR_ENV: str(staging)}
-    )
-    for key in allocator.VARIABLES:  # each notebook kernel starts with the plan's allocator
-        os.environ.pop(key, None)
-    os.environ.update(kernel_env)
     results = []
-    try:
-        for index, name in enumerate(plan.notebooks, 1):
-            print(f"[{index}/{len(plan.notebooks)}] {name}", file=sys.stderr, flush=True)
-            output = staging / f"{name}.ipynb"
-            aside = _set_aside(staging, name)
-            sample = machine_sample()
-            result = execute(
-                plan.notebooks_dir / f"{name}.ipynb",
-                output,
-                plan.parameters_for(name),
-                timeout=plan.cell_timeout_s,
-                kernel_name=kernel_name,
-                progress=progress,
-            )
-            machine = machine_load(sample, machine_sample())
-            result = dataclasses.replace(result, **identity, machine=machine)
-            if output.exists():
-                try:
-                    to_html(output)
-                except Exception as error:  # nbconvert's templates missing, say: keep the run
-                    reason = f"no HTML ({type(error).__name__}: {str(error).splitlines()[0]})"
-                    detail = "; ".join(filter(None, [result.detail, reason]))
-                    result = dataclasses.replace(result, detail=detail)
-            if _keep_or_replace(staging, name, aside, result) and name in earlier:
-                before = earlier[name]
-                result = dataclasses.replace(
-                    result,
-                    stale_results=(
-                        f"showing the results of run {before.get('run_id', '?')} "
-                        f"({before.get('started_utc', '?')}, git {before.get('git', '?')}); "
-                        f"this run's notebook: {name}.failed.html"
-                    ),
+    with _staged(out_dir) as (staging, previous):
+        earlier = {r["notebook"]: r for r in previous.get("notebooks", [])}
+        # read by save_records: results go into the report being staged (a notebook's own
+        # `results_dir` parameter is for runs by hand: load_plan refuses it); each kernel
+        # starts with the plan's allocator and this checkout's code
+        variables = {
+            RUN_ID_ENV: run_id,
+            PLATFORM_ENV: plan.platform,
+            RESULTS_DIR_ENV: str(staging),
+        }
+        with _environment({**variables, **kernel_env, **code_environment()}, allocator.VARIABLES):
+            for index, name in enumerate(plan.notebooks, 1):
+                print(f"[{index}/{len(plan.notebooks)}] {name}", file=sys.stderr, flush=True)
+                output = staging / f"{name}.ipynb"
+                aside = _set_aside(staging, name)
+                sample = machine_sample()
+                result = execute(
+                    plan.notebooks_dir / f"{name}.ipynb",
+                    output,
+                    plan.parameters_for(name),
+                    timeout=plan.cell_timeout_s,
+                    kernel_name=kernel_name,
+                    progress=progress,
                 )
-            print(
-                f"    {result.status}{': ' + result.detail if result.detail else ''}",
-                file=sys.stderr,
-                flush=True,
-            )
-            results.append(result)
+                machine = machine_load(sample, machine_sample())
+                result = dataclasses.replace(result, **identity, machine=machine)
+                if output.exists():
+                    try:
+                        to_html(output)
+                    except Exception as error:  # nbconvert's templates missing, say: keep the run
+                        reason = f"no HTML ({type(error).__name__}: {str(error).splitlines()[0]})"
+                        detail = "; ".join(filter(None, [result.detail, reason]))
+                        result = dataclasses.replace(result, detail=detail)
+                if _keep_or_replace(staging, name, aside, result) and name in earlier:
+                    before = earlier[name]
+                    result = dataclasses.replace(
+                        result,
+                        stale_results=(
+                            f"showing the results of run {before.get('run_id', '?')} "
+                            f"({before.get('started_utc', '?')}, git {before.get('git', '?')}); "
+                            f"this run's notebook: {name}.failed.html"
+                        ),
+                    )
+                print(
+                    f"    {result.status}{': ' + result.detail if result.detail else ''}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                results.append(result)
         shutil.rmtree(staging / ".previous", ignore_errors=True)
         kept = [r for r in previous.get("notebooks", []) if r["notebook"] not in plan.notebooks]
         run = {
@@ -480,13 +636,6 @@ def run_plan(
         }
         (staging / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
         build_report(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
-        for key, value in saved_env.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-    _swap_in(staging, out_dir)
     _rebuild_gallery(out_dir)
     return results
 
@@ -502,50 +651,41 @@ def run_repeated(
     """`repeat` runs of the whole plan, one after another (each notebook in a fresh kernel every
     time), as full reports `out_dir/run-1/` ... `run-<repeat>/`; `out_dir` gets the aggregate
     (kernel_lib.aggregate: the median of the runs' medians and their spread). repeat == 1 is
-    `run_plan` into `out_dir` itself. Staged and swapped in as a whole, like one run."""
+    `run_plan` into `out_dir` itself. Staged and swapped in as a whole, like one run; refused
+    and failing like `run_plan`."""
     from kernel_lib.report import build_report
 
-    if repeat == 1:
-        return run_plan(plan, out_dir, kernel_name=kernel_name, progress=progress)
-    kernel_allocator(plan)  # refused before anything runs
+    kernel_env = kernel_allocator(plan)  # refused before anything runs
     out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _clean_after_killed_runs(out_dir)
-    staging = _stage(out_dir, repeat)
-    started = dt.datetime.now(dt.timezone.utc)
-    results = []
-    try:
-        for index in range(1, repeat + 1):
-            print(f"run {index}/{repeat}", file=sys.stderr, flush=True)
-            results += run_plan(
-                plan,
-                staging / f"{RUN_PREFIX}{index}",
-                kernel_name=kernel_name,
-                progress=progress,
-                run_suffix=f"-{RUN_PREFIX}{index}",
+    options = {"kernel_name": kernel_name, "progress": progress}
+    with _owned(out_dir):
+        if repeat == 1:
+            return _run(plan, out_dir, kernel_env, **options)
+        started = dt.datetime.now(dt.timezone.utc)
+        results = []
+        with _staged(out_dir, repeat) as (staging, _):
+            for index in range(1, repeat + 1):
+                print(f"run {index}/{repeat}", file=sys.stderr, flush=True)
+                folder, suffix = staging / f"{RUN_PREFIX}{index}", f"-{RUN_PREFIX}{index}"
+                results += _run(plan, folder, kernel_env, **options, run_suffix=suffix)
+            for extra in run_folders(staging)[repeat:]:  # an earlier report had more runs
+                shutil.rmtree(extra)
+            write_aggregate_run(
+                staging,
+                {
+                    "platform": plan.platform,
+                    "parameters": plan.source,
+                    "description": plan.description,
+                    "started_utc": started.isoformat(timespec="seconds"),
+                    "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "run_id": f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}",
+                    "git": _git_revision(),
+                    "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
+                    "environment": environment(plan),
+                    "repeat": repeat,
+                },
             )
-        for extra in run_folders(staging)[repeat:]:  # an earlier report had more runs
-            shutil.rmtree(extra)
-        write_aggregate_run(
-            staging,
-            {
-                "platform": plan.platform,
-                "parameters": plan.source,
-                "description": plan.description,
-                "started_utc": started.isoformat(timespec="seconds"),
-                "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "run_id": f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}",
-                "git": _git_revision(),
-                "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
-                "environment": environment(plan),
-                "repeat": repeat,
-            },
-        )
-        build_report(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _swap_in(staging, out_dir)
+            build_report(staging)
     _rebuild_gallery(out_dir)
     return results
 

@@ -1,13 +1,16 @@
 """The command line: exit codes, one-line errors, nothing executed on bad input."""
 
 import json
+import os
 import subprocess
 import sys
+import types
 
 import pytest
 
 from kernel_lib import __main__ as cli
-from kernel_lib import params
+from kernel_lib import allocator, params
+from kernel_lib.params import ROOT
 from kernel_lib.records import Record
 
 
@@ -67,8 +70,48 @@ def test_check_without_a_report_exits_2(capsys):
     assert cli.main(["check", "--platform", "no-such-report"]) == 2
 
 
+@pytest.mark.parametrize("name", ["../outputs/reference", "../../kernel_lib", "/tmp"])
+def test_check_takes_a_report_folders_name_never_a_path(name, capsys):
+    assert cli.main(["check", "--platform", name]) == 2
+    assert "no report folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["bench", "nope"], ["run", "--bogus"]])
 def test_argparse_errors_exit_2(argv):
     with pytest.raises(SystemExit) as err:
         cli.main(argv)
     assert err.value.code == 2
+
+
+DONE = types.SimpleNamespace(returncode=0)
+
+
+def test_bench_runs_under_the_platforms_allocator_as_the_notebooks_do(monkeypatch):
+    """cpu.yaml keeps freed memory (system_kept): `bench` starts itself again under it, with this
+    checkout first on the path, as the runner starts each notebook kernel."""
+    calls = []
+    monkeypatch.delenv(allocator.ENV, raising=False)
+    monkeypatch.setenv("MALLOC_CONF", "stale")
+    monkeypatch.setattr(cli.subprocess, "run", lambda cmd, env: calls.append((cmd, env)) or DONE)
+    assert cli.main(["bench", "device", "--platform", "cpu", "-p", "min_time_s=0.5"]) == 0
+    ((command, env),) = calls
+    assert command[1:] == [
+        "-m",
+        "kernel_lib",
+        "bench",
+        "device",
+        "--platform",
+        "cpu",
+        "-p",
+        "min_time_s=0.5",
+    ]
+    assert env[allocator.ENV] == "system_kept" and env["MALLOC_MMAP_THRESHOLD_"] == allocator.KEPT
+    assert "MALLOC_CONF" not in env and env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+
+
+def test_bench_under_its_allocator_runs_the_suite_in_process(monkeypatch, capsys):
+    monkeypatch.setenv(allocator.ENV, "system_kept")
+    monkeypatch.setattr(cli.subprocess, "run", None)  # never started again
+    monkeypatch.setattr("kernel_lib.moe.bench.suite", lambda params, progress: [])
+    assert cli.main(["bench", "moe", "--platform", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []

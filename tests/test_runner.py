@@ -281,3 +281,13 @@ def test_html_drops_progress_bars_but_keeps_other_stderr(tmp_path):
     assert "keep me" in page and "result 42" in page
     kept = nbformat.read(str(path), as_version=4).cells[0].outputs
     assert len(kept) == 5 and "\r" in kept[0]["text"]  # the .ipynb keeps them
+
+
+def test_a_failed_candidate_fails_its_notebook(tmp_path):
+    path = tmp_path / "nb.results.json"
+    rows = [
+        {"case": "c", "implementation": "ok_one", "status": "ok", "reason": ""},
+        {"case": "c", "implementation": "triton", "status": "failed", "reason": "Error"},
+    ]
+    path.write_text(json.dumps(rows))
+    assert runner._saved_status(path) == ("failed", "1 records raised: c/triton")

@@ -1,0 +1,249 @@
+"""`run` replaces only its own reports, one run per folder, never loses a finished run, and says
+in one line why it stopped (bad --out, busy folder, disk error, Ctrl-C); kernels run this checkout."""
+
+import errno
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from kernel_lib import __main__ as cli
+from kernel_lib import params, report, runner
+from kernel_lib.params import ROOT, load_plan
+
+
+def fake_execute(notebook, output, parameters, **options):
+    """A notebook run in no time: an empty executed notebook."""
+    nbformat.write(nbformat.v4.new_notebook(), str(output))
+    return runner.NotebookResult(notebook.stem, "ok", "", 0.0)
+
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def run(tmp_path, write_notebook, monkeypatch, capsys):
+    """`run(out, *argv)`: `python -m kernel_lib run --platform p --out out` of one fake notebook;
+    returns the exit code and stderr."""
+    nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
+    nbs.mkdir(), prm.mkdir()
+    write_notebook(nbs / "a.ipynb", "x = 1")
+    (prm / "p.yaml").write_text("workbook: {notebooks: [a]}\n")
+    monkeypatch.setattr(params, "PARAMETERS_DIR", prm)
+    monkeypatch.setattr(params, "NOTEBOOKS_DIR", nbs)
+    monkeypatch.setattr(runner, "execute", fake_execute)
+
+    def run(out, *argv):
+        capsys.readouterr()
+        code = cli.main(["run", "--platform", "p", "--no-progress", "--out", str(out), *argv])
+        return code, capsys.readouterr().err
+
+    return run
+
+
+@pytest.fixture
+def out(tmp_path):
+    """A report folder's path in a folder of its own (to see what is left beside it)."""
+    folder = tmp_path.resolve() / "runs" / "out"
+    folder.parent.mkdir()
+    return folder
+
+
+def files(folder: Path) -> dict:
+    """Every path under `folder` and its bytes (None for a folder)."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def last_line(err: str) -> str:
+    assert "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+def test_a_folder_that_is_not_a_report_is_refused_and_untouched(run, out):
+    (out / "sub").mkdir(parents=True)
+    (out / "notes.txt").write_text("my notes")
+    (out / "sub" / "data.csv").write_text("a,b\n1,2\n")
+    before = files(out.parent)
+    code, err = run(out)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: --out {out} holds files that are not a report (no run.json")
+    assert files(out.parent) == before
+
+
+def test_a_file_is_refused(run, out):
+    out.write_text("keep me")
+    assert run(out) == (2, f"error: --out {out} is a file\n")
+    assert files(out.parent) == {"out": b"keep me"}
+
+
+@pytest.mark.parametrize("where", [".", ".."])
+def test_the_repository_and_its_parents_are_refused(run, where, monkeypatch):
+    def never(*args, **kwargs):  # were the check missing, nothing would be touched
+        raise AssertionError("staged")
+
+    monkeypatch.setattr(runner, "_stage", never)
+    monkeypatch.chdir(ROOT)
+    code, err = run(where)
+    assert code == 2 and err.count("\n") == 1 and "is or contains the repository" in err
+
+
+def test_a_second_run_into_a_held_folder_is_refused(run, out):
+    assert run(out)[0] == 0
+    before = files(out.parent)
+    with runner._locked(out):
+        code, err = run(out)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: --out {out} is being written by run pid {os.getpid()} (started")
+    assert files(out.parent) == before  # and the lock went with its holder
+    (out.parent / ".lock-out").write_text("run pid 999999999")  # left by a killed run
+    assert run(out)[0] == 0 and not (out.parent / ".lock-out").exists()
+
+
+def test_a_failed_swap_keeps_the_finished_run_and_says_where(run, out, monkeypatch):
+    assert run(out)[0] == 0
+    before = files(out)
+    rename = Path.rename
+
+    def busy(self, target):
+        if self.name.startswith(".staging") and Path(target) == out:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(out))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", busy)
+    code, err = run(out)
+    (kept,) = out.parent.glob("out.unswapped-*")
+    assert code == 1 and last_line(err) == (
+        f"error: the finished run is in {kept}: it could not replace {out} "
+        "(Device or resource busy)"
+    )
+    assert files(out) == before  # the previous report is back in place
+    assert {"run.json", "a.ipynb", "a.html", "index.html"} <= set(files(kept))
+    monkeypatch.setattr(Path, "rename", rename)
+    assert run(out)[0] == 0 and kept.exists()  # the next run keeps it too
+
+
+def test_a_killed_run_is_cleaned_up_only_if_it_had_not_finished(tmp_path):
+    out = tmp_path / "out"
+    finished, unfinished = tmp_path / ".staging-out-999999999", tmp_path / ".staging-out-999999998"
+    finished.mkdir(), unfinished.mkdir()
+    (finished / "run.json").write_text("{}")
+    runner._clean_after_killed_runs(out)
+    (kept,) = tmp_path.glob("out.unswapped-*")
+    assert (kept / "run.json").exists() and not finished.exists() and not unfinished.exists()
+
+
+def test_a_run_in_progress_holds_no_run_json(run, out, monkeypatch):
+    """So a run killed before it finished is never taken for a finished one."""
+    assert run(out)[0] == 0
+    seen = []
+
+    def execute(notebook, output, parameters, **options):
+        seen.extend(p.name for p in output.parent.iterdir())
+        return fake_execute(notebook, output, parameters)
+
+    monkeypatch.setattr(runner, "execute", execute)
+    assert run(out)[0] == 0
+    assert (
+        "index.html" in seen and "run.json" not in seen
+    )  # a copy of the report, but its run.json
+
+
+def full_copy(src, dst, **kwargs):
+    Path(dst).mkdir()
+    (Path(dst) / "half.ipynb").write_text("{")
+    raise OSError(errno.ENOSPC, "No space left on device", str(Path(dst) / "half.ipynb"))
+
+
+def read_only_report(folder):
+    raise OSError(errno.EROFS, "Read-only file system", str(Path(folder) / "index.html"))
+
+
+@pytest.mark.parametrize(
+    "target, name, fault",
+    [(runner.shutil, "copytree", full_copy), (report, "build_report", read_only_report)],
+)
+def test_a_disk_error_is_one_line_and_leaves_the_previous_report(
+    run, out, monkeypatch, target, name, fault
+):
+    assert run(out)[0] == 0
+    before = files(out.parent)
+    monkeypatch.setattr(target, name, fault)
+    code, err = run(out)
+    staging = out.parent / f".staging-out-{os.getpid()}"
+    assert code == 1 and last_line(err).startswith(f"error: {staging}/")
+    assert last_line(err).endswith((": No space left on device", ": Read-only file system"))
+    assert files(out.parent) == before  # nothing stranded, the report byte for byte
+
+
+@pytest.mark.parametrize("repeat", ["1", "2"])
+def test_ctrl_c_is_one_line_exit_130_and_leaves_the_previous_report(run, out, monkeypatch, repeat):
+    assert run(out)[0] == 0
+    before = files(out.parent)
+    monkeypatch.setattr(runner, "execute", interrupt)
+    code, err = run(out, "--repeat", repeat)
+    assert code == 130
+    assert last_line(err) == f"interrupted: the previous report in {out} is unchanged"
+    assert files(out.parent) == before
+
+
+@pytest.mark.parametrize("command", ["platforms", "compare"])
+def test_ctrl_c_in_any_command_is_one_line(command, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "cmd_platforms", interrupt)
+    monkeypatch.setattr("kernel_lib.compare.cli", interrupt)
+    assert cli.main([command]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_an_error_line_is_cut_to_a_readable_length(capsys, tmp_path, monkeypatch):
+    def long_error(args):
+        raise cli.ParameterError("x" * 1000 + "\nsecond line")
+
+    monkeypatch.setattr(cli, "cmd_platforms", long_error)
+    assert cli.main(["platforms"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("…\n")
+    assert len(err) == len("error: ") + cli.ERROR_CHARS + 1
+
+
+def test_the_kernels_get_this_checkout_first_and_its_cache_unless_one_is_set():
+    env = runner.code_environment({"PYTHONPATH": f"/elsewhere{os.pathsep}{ROOT}"})
+    assert env == {
+        "PYTHONPATH": f"{ROOT}{os.pathsep}/elsewhere",
+        "TORCHINDUCTOR_CACHE_DIR": str(ROOT / ".cache" / "inductor"),
+    }
+    mine = runner.code_environment({"TORCHINDUCTOR_CACHE_DIR": "/mine"})
+    assert mine == {"PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": "/mine"}
+
+
+WHERE = """import os, kernel_lib
+print("kernel_lib", kernel_lib.__file__)
+print("cache", os.environ["TORCHINDUCTOR_CACHE_DIR"])"""
+
+
+def test_a_notebook_imports_the_runners_kernel_lib(tmp_path, write_notebook, monkeypatch):
+    """Another checkout's kernel_lib on the path (a venv made there) does not win."""
+    other = tmp_path / "other-clone"
+    (other / "kernel_lib").mkdir(parents=True)
+    (other / "kernel_lib" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(other))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
+    nbs.mkdir(), prm.mkdir()
+    write_notebook(nbs / "where.ipynb", WHERE)
+    (prm / "p.yaml").write_text("workbook: {notebooks: [where]}\n")
+    plan = load_plan("p", parameters_dir=prm, notebooks_dir=nbs)
+    (result,) = runner.run_plan(plan, tmp_path / "out", progress=False)
+    assert result.status == "ok", result.detail
+    nb = nbformat.read(tmp_path / "out" / "where.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    printed = dict(line.split(" ", 1) for line in text.splitlines())
+    assert printed == {
+        "kernel_lib": str(ROOT / "kernel_lib" / "__init__.py"),
+        "cache": str(ROOT / ".cache" / "inductor"),
+    }
+    assert os.environ["PYTHONPATH"] == str(other)  # the runner's own environment is restored
