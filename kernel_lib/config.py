@@ -24,16 +24,37 @@ DTYPES = {
 }
 
 
+def short(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters, "..." marking the cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short_repr(value, limit: int = 80) -> str:
+    """repr(value) cut to `limit` characters: a message that shows a user's value stays one
+    readable line whatever its size."""
+    return short(repr(value), limit)
+
+
 def require(ok: bool, param: str, value, must: str) -> None:
     """Raise ValueError("param=value must be ...") unless `ok`: one line naming the parameter."""
     if not ok:
-        raise ValueError(f"{param}={value!r} must be {must}")
+        raise ValueError(f"{param}={short_repr(value)} must be {must}")
 
 
 def parse_choice(value: str, choices, *, param: str) -> str:
     """`value` if it is one of `choices` (exact match), else ValueError listing them."""
     require(isinstance(value, str) and value in choices, param, value, f"one of {list(choices)}")
     return value
+
+
+def parse_choices(values, choices, *, param: str) -> tuple:
+    """`values` as a tuple if it is a non-empty list of `choices` (an empty one would run
+    nothing), else ValueError listing them."""
+    ok = isinstance(values, (list, tuple)) and len(values) > 0
+    require(ok, param, values, f"a non-empty list of {', '.join(choices)}")
+    for value in values:
+        parse_choice(value, choices, param=param)
+    return tuple(values)
 
 
 def parse_dtype(name: str, *, param: str = "dtype", allowed=tuple(DTYPES)) -> torch.dtype:
@@ -46,10 +67,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def finite(value) -> bool:
+    """A number, not a bool, and finite (an int of any size is: math.isfinite would overflow)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and (isinstance(value, int) or math.isfinite(value))
+
+
 def positive(value, param: str) -> None:
     """A finite number > 0 (sizes, times, factors)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    require(ok and value > 0, param, value, "a finite number > 0")
+    require(finite(value) and value > 0, param, value, "a finite number > 0")
 
 
 def positive_list(values, param: str) -> None:
@@ -90,8 +116,9 @@ def largest_needs(cases, prefix: str) -> dict[str, float]:
     notebook parameter (`prefix` + field) -> the bytes of the largest case it sets."""
     needs: dict[str, float] = {}
     for size, names in cases:
+        size = math.inf if size > 2.0**1000 else float(size)  # float() of a huge int overflows
         for name in names:
-            needs[prefix + name] = max(needs.get(prefix + name, 0.0), float(size))
+            needs[prefix + name] = max(needs.get(prefix + name, 0.0), size)
     return needs
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from kernel_lib.allocator import ALLOCATORS
 from kernel_lib.allocator import DEFAULT as ALLOCATOR_DEFAULT
+from kernel_lib.config import short, short_repr
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMETERS_DIR = ROOT / "parameters"
@@ -60,7 +61,19 @@ class Plan:
 
 
 def list_platforms(directory: Path | None = None) -> list[str]:
-    return sorted(p.stem for p in (directory or PARAMETERS_DIR).glob("*.yaml"))
+    """The stems of the parameter files (hidden files excluded: `...yaml` would be `..`)."""
+    files = (directory or PARAMETERS_DIR).glob("*.yaml")
+    return sorted(p.stem for p in files if not p.name.startswith("."))
+
+
+def check_platform(platform: str, directory: Path | None = None) -> str:
+    """`platform` if it is exactly one of `list_platforms()`, else ParameterError listing them:
+    a platform name is never a path (`../x`, `/abs`), it names parameters/<platform>.yaml and
+    the default report folder outputs/<platform>/."""
+    known = list_platforms(directory)
+    if platform not in known:
+        raise ParameterError(f"unknown platform {short_repr(platform)}: choose from {known}")
+    return platform
 
 
 def list_notebooks(directory: Path | None = None) -> list[str]:
@@ -77,7 +90,7 @@ def notebook_parameters(notebook: str, directory: Path | None = None) -> dict:
     path = (directory or NOTEBOOKS_DIR) / f"{notebook}.ipynb"
     if not path.exists():
         raise ParameterError(
-            f"unknown notebook {notebook!r}: choose from {list_notebooks(directory)}"
+            f"unknown notebook {short_repr(notebook)}: choose from {list_notebooks(directory)}"
         )
     return _inspect(path, path.stat().st_mtime)
 
@@ -123,12 +136,14 @@ def _check_values(
         }
         if not declaring:
             raise ParameterError(
-                f"{source}: unknown key {key!r} (not a parameter of {', '.join(notebooks)})"
+                f"{source}: unknown key {short_repr(key)} "
+                f"(not a parameter of {', '.join(notebooks)})"
             )
         for nb, type_name in declaring.items():
             if not _type_ok(value, type_name):
                 raise ParameterError(
-                    f"{source}: key {key!r} = {value!r} is not {type_name} (as {nb}.ipynb declares it)"
+                    f"{source}: key {key!r} = {short_repr(value)} is not {type_name} "
+                    f"(as {nb}.ipynb declares it)"
                 )
 
 
@@ -184,7 +199,7 @@ def parameters_doc(
     valid = documented_notebooks(directory)
     unknown = [nb for nb in notebooks or () if nb not in valid]
     if unknown:
-        raise ParameterError(f"unknown notebook {unknown[0]!r}: choose from {valid}")
+        raise ParameterError(f"unknown notebook {short_repr(unknown[0])}: choose from {valid}")
     blocks = []
     for notebook in notebooks or valid:
         cls = config_class(notebook)
@@ -263,7 +278,7 @@ def _refuse_too_big(too_big: list, device: tuple[int, str], plan: Plan, override
             break
     where = "command line" if key in overrides else plan.source
     raise ParameterError(
-        f"{where}: {key}={value!r} needs about {need / 2**30:.1f} GiB (largest case), "
+        f"{where}: {key}={short_repr(value)} needs about {need / 2**30:.1f} GiB (largest case), "
         f"this machine's {name} has {memory / 2**30:.1f} GiB ({notebook}.ipynb)"
     )
 
@@ -276,19 +291,52 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice (plain YAML keeps the last one silently)."""
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that a parameter file may not use."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice (plain YAML keeps the last one silently),
+    anchors and aliases (a few lines of `&a [*b, *b, ...]` expand to gigabytes: "billion
+    laughs") and merge keys (`<<` would set keys that are not written out)."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
+            problem = "YAML anchors and aliases (&name, *name) are not allowed"
+            raise _Refused(problem=problem, problem_mark=event.start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _Refused(
+                    problem="YAML merge keys (<<) are not allowed",
+                    problem_mark=key_node.start_mark,
+                )
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                raise _Refused(
+                    problem=f"duplicate key {short_repr(key)}", problem_mark=key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str, where: str):
+    """`text` read by `_Loader`; ParameterError naming `where` and the line of a problem."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]  # ReaderError: none
+        if isinstance(err, _Refused):
+            raise ParameterError(f"{where}: {problem}{at}") from None
+        raise ParameterError(f"{where}: malformed YAML{at}: {short(problem)}") from None
+    except (ValueError, RecursionError) as err:  # an int of over 4300 digits, a date 2024-13-01
+        raise ParameterError(f"{where}: unreadable YAML value: {short(str(err))}") from None
 
 
 def _read_yaml(path: Path, source: str) -> dict:
@@ -299,14 +347,7 @@ def _read_yaml(path: Path, source: str) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ParameterError(f"{source}: is not UTF-8 text (byte {err.start})") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ParameterError(
-            f"{source}: malformed YAML{where}: {getattr(err, 'problem', err)}"
-        ) from None
+    data = _load_yaml(text, source)
     if data is None:  # nothing but blanks and comments
         raise ParameterError(f"{source}: is empty (needs `{RESERVED}: {{notebooks: [...]}}`)")
     if not isinstance(data, dict):
@@ -317,12 +358,10 @@ def _read_yaml(path: Path, source: str) -> dict:
 def parse_override(text: str) -> tuple[str, object]:
     """`name=value` from the command line; the value is read as YAML (`8`, `[1, 2]`, `bfloat16`)."""
     name, sep, raw = text.partition("=")
+    where = f"command line: -p {short_repr(text)}"
     if not sep or not name.strip():
-        raise ParameterError(f"command line: -p {text!r} must look like name=value")
-    try:
-        return name.strip(), yaml.safe_load(raw)
-    except yaml.YAMLError:
-        raise ParameterError(f"command line: -p {text!r}: value is not valid YAML") from None
+        raise ParameterError(f"{where} must look like name=value")
+    return name.strip(), _load_yaml(raw, where)
 
 
 def load_plan(
@@ -334,11 +373,8 @@ def load_plan(
     notebooks_dir: Path | None = None,
 ) -> Plan:
     """Read and validate `parameters/<platform>.yaml`, then `overrides` (command line, wins)."""
+    check_platform(platform, parameters_dir)
     path = (parameters_dir or PARAMETERS_DIR) / f"{platform}.yaml"
-    if not path.exists():
-        raise ParameterError(
-            f"unknown platform {platform!r}: choose from {list_platforms(parameters_dir)}"
-        )
     source = _display(path)
     data = _read_yaml(path, source)
     settings = data.pop(RESERVED, None)
@@ -347,7 +383,7 @@ def load_plan(
     for key in settings:
         if key not in WORKBOOK_KEYS:
             raise ParameterError(
-                f"{source}: unknown key {RESERVED}.{key} (known: {WORKBOOK_KEYS})"
+                f"{source}: unknown key {RESERVED}.{short(str(key))} (known: {WORKBOOK_KEYS})"
             )
     notebooks = settings["notebooks"]
     known = list_notebooks(notebooks_dir)
@@ -355,24 +391,26 @@ def load_plan(
         isinstance(notebooks, list) and notebooks and all(isinstance(n, str) for n in notebooks)
     ):
         raise ParameterError(
-            f"{source}: key {RESERVED}.notebooks = {notebooks!r} must be a non-empty list of "
-            f"notebook names from {known}"
+            f"{source}: key {RESERVED}.notebooks = {short_repr(notebooks)} must be a non-empty "
+            f"list of notebook names from {known}"
         )
     unknown = [nb for nb in notebooks if nb not in known]
     if unknown:
         raise ParameterError(
-            f"{source}: key {RESERVED}.notebooks names unknown notebooks {unknown}: choose from {known}"
+            f"{source}: key {RESERVED}.notebooks names unknown notebooks {short_repr(unknown)}: "
+            f"choose from {known}"
         )
     notebooks = tuple(notebooks)
     timeout = settings.get("cell_timeout_s")
     if timeout is not None and not (isinstance(timeout, int) and timeout > 0):
         raise ParameterError(
-            f"{source}: key {RESERVED}.cell_timeout_s = {timeout!r} must be a positive int"
+            f"{source}: key {RESERVED}.cell_timeout_s = {short_repr(timeout)} must be a "
+            "positive int"
         )
     allocator = settings.get("allocator", ALLOCATOR_DEFAULT)
     if not isinstance(allocator, str) or allocator not in ALLOCATORS:
         raise ParameterError(
-            f"{source}: key {RESERVED}.allocator = {allocator!r} must be one of "
+            f"{source}: key {RESERVED}.allocator = {short_repr(allocator)} must be one of "
             f"{', '.join(ALLOCATORS)}"
         )
     _check_values(data, notebooks, source, notebooks_dir)
@@ -380,7 +418,8 @@ def load_plan(
         unknown = [nb for nb in only if nb not in notebooks]
         if not only or unknown:
             raise ParameterError(
-                f"--only: {unknown or 'no notebook named'}: choose from {platform}'s notebooks {list(notebooks)}"
+                f"--only: {short_repr(unknown) if unknown else 'no notebook named'}: "
+                f"choose from {platform}'s notebooks {list(notebooks)}"
             )
         notebooks = tuple(nb for nb in notebooks if nb in only)
     overrides = dict(overrides or {})

@@ -9,10 +9,18 @@ from hypothesis import strategies as st
 
 from kernel_lib import __main__ as cli
 from kernel_lib import params
-from kernel_lib.params import ParameterError, load_plan, notebook_parameters
+from kernel_lib.params import ParameterError, load_plan, notebook_parameters, parse_override
 from kernel_lib.platform import DeviceFacts, device_facts
 
 GOOD = "workbook: {notebooks: [backend_cpu, fp8, flex_attention, moe]}\n"
+# "Billion laughs": nine lists of nine aliases of the one before, 9^9 items once expanded.
+LAUGHS = (
+    GOOD
+    + "moe_tokens: [&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1], "
+    + ", ".join(f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9))
+    + "]\n"
+)
+ALIASES = "YAML anchors and aliases (&name, *name) are not allowed"
 # (parameter file text or None for parameters/cpu.yaml, extra argv, the text the one line must name)
 CASES = [
     (None, ["-p", "moe_tokens=[0]"], "moe_tokens"),
@@ -66,6 +74,25 @@ CASES = [
     (b"\x00\x01\x02binary", [], "bad.yaml"),
     (b"moe_experts: \xe9\n", [], "bad.yaml"),
     (GOOD + "moe_top_k: 99\n", [], "moe_top_k"),
+    (GOOD + "moe_experts: \x01\n", [], "bad.yaml: malformed YAML: unacceptable character"),
+    (None, ["-p", "moe_experts=2024-13-01"], "moe_experts=2024-13-01': unreadable YAML value"),
+    (None, ["-p", "moe_experts=" + "9" * 5000], "unreadable YAML value"),  # > 4300 digits
+    # an empty list where it would leave a section nothing to run
+    (None, ["-p", "moe_strategies=[]"], "moe_strategies"),
+    (None, ["-p", "moe_sweep_strategies=[]"], "moe_sweep_strategies"),
+    (None, ["-p", "moe_layer_types=[]"], "moe_layer_types"),
+    (None, ["-p", "moe_presets=[]"], "moe_presets"),
+    (None, ["-p", "attn_gym_kernels=[]"], "attn_gym_kernels"),
+    (None, ["-p", "attn_activations=[]"], "attn_activations"),
+    (None, ["-p", "fp8_train_recipes=[]"], "fp8_train_recipes"),
+    # YAML that expands or hides what it sets
+    (LAUGHS, [], f"bad.yaml: {ALIASES} at line 2"),
+    (None, ["-p", "moe_tokens=[&a 8, *a]"], f"-p 'moe_tokens=[&a 8, *a]': {ALIASES} at line 1"),
+    (GOOD + "<<: {moe_experts: 4}\n", [], "bad.yaml: YAML merge keys (<<) are not allowed"),
+    # a platform name is a parameter file's stem, never a path
+    (None, ["--platform", "../parameters/cpu"], "unknown platform '../parameters/cpu'"),
+    (None, ["--platform", str(params.PARAMETERS_DIR / "cpu")], "unknown platform '/"),
+    (None, ["--platform", "cpu.yaml"], "unknown platform 'cpu.yaml'"),
 ]
 # Sizes whose largest case needs more memory than any device has: refused before anything runs.
 TOO_BIG = [
@@ -73,6 +100,21 @@ TOO_BIG = [
     (None, ["-p", "attn_seq_len=10000000"], "attn_seq_len"),
     (None, ["-p", "fp8_quant_mib=[100000000]"], "fp8_quant_mib"),
     (None, ["-p", "gemm_sizes=[10000000]"], "gemm_sizes"),
+    (None, ["-p", "fp8_train_steps=1000000000000"], "fp8_train_steps"),  # (steps, R, D) at once
+    (None, ["-p", "fp8_check_sizes=[1048576]"], "fp8_check_sizes"),
+    (None, ["-p", "fp8_block_check_sizes=[1048576]"], "fp8_block_check_sizes"),
+    (None, ["-p", "moe_capacity_factor=1000000000"], "moe_capacity_factor"),
+    (None, ["-p", "attn_decode_kv_len=10000000000"], "attn_decode_kv_len"),
+    (None, ["-p", "attn_decode_kv_lens=[10000000000]"], "attn_decode_kv_lens"),
+    (None, ["-p", "attn_cross_kv_len=100000000"], "attn_cross_kv_len"),
+    (None, ["-p", "attn_block_sizes=[1048576]"], "attn_block_sizes"),
+    (None, ["-p", "attn_page_size=1073741824"], "attn_page_size"),
+    (None, ["-p", "attn_mla_kv_lora_rank=1000000000"], "attn_mla_kv_lora_rank"),
+    # past float's range: 400 digits, or a float whose product overflows
+    (None, ["-p", f"moe_experts={'9' * 400}"], "moe_experts"),
+    (None, ["-p", f"attn_seq_lens=[{'9' * 400}]"], "attn_seq_lens"),
+    (None, ["-p", "moe_capacity_factor=1e300"], "moe_capacity_factor"),
+    (None, ["-p", "fp8_quant_mib=[1e300]"], "fp8_quant_mib"),
 ]
 CASES += TOO_BIG
 
@@ -86,7 +128,9 @@ def previous_report(tmp_path):
     return out
 
 
-@pytest.mark.parametrize("text, argv, names", CASES, ids=[" ".join(c[1]) or c[2] for c in CASES])
+@pytest.mark.parametrize(
+    "text, argv, names", CASES, ids=[(" ".join(c[1]) or c[2])[:80] for c in CASES]
+)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     text, argv, names, tmp_path, monkeypatch, capsys, previous_report
 ):
@@ -142,6 +186,30 @@ def test_the_memory_check_is_for_plans_that_run_here(monkeypatch):
         load_plan("h100", overrides={"moe_tokens": [4096, 4096, 8192]})  # a run here: sized
     _tiny_device(monkeypatch, memory_bytes=None)
     assert load_plan("cpu", overrides={"moe_tokens": [10**9]}).notebooks  # memory unknown
+
+
+HUGE = "[" + ", ".join(["0"] * 10_000) + "]"  # 30 000 characters
+
+
+@pytest.mark.parametrize("text, override", [
+    (GOOD, f"moe_tokens={HUGE}"),  # a value out of range
+    (GOOD, f"moe_experts={HUGE}"),  # a value of the wrong type
+    (GOOD, f"moe_{'x' * 100_000}=1"),  # an unknown key
+    (GOOD, f"moe_tokens={HUGE[:-1]}"),  # malformed YAML
+    (GOOD, "fp8_quant_mib=[100000000" + ", 1" * 10_000 + "]"),  # too big
+    (GOOD + f"moe_tokens: {HUGE}\n", None),
+    (f"workbook: {{notebooks: {HUGE}}}\n", None),
+    (f"workbook: {{notebooks: [moe], {'x' * 100_000}: 1}}\n", None),
+])  # fmt: skip
+def test_a_huge_value_gives_a_short_message(text, override, tmp_path, monkeypatch):
+    """The message itself stays short, not only the line the CLI prints."""
+    _tiny_device(monkeypatch, memory_bytes=2**40)
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ParameterError) as err:
+        overrides = dict([parse_override(override)]) if override else None
+        load_plan("bad", parameters_dir=tmp_path, overrides=overrides)
+    message = str(err.value).replace(str(tmp_path), "")
+    assert "\n" not in message and len(message) < 300, message[:1000]
 
 
 def test_at_least_forty_bad_inputs():

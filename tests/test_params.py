@@ -66,6 +66,11 @@ def test_defaults_are_python_values(dirs):
     ("workbook: {notebooks: [a]}\nsize: true\n", "key 'size' = True is not int"),
     ("workbook: {notebooks: [a]}\nnames: [1, 2]\n", r"key 'names' = \[1, 2\] is not list\[str\]"),
     ("workbook: {notebooks: [a], cell_timeout_s: 0}\n", "cell_timeout_s"),
+    ("workbook: {notebooks: [a]}\nsize: &s 3\n", r"p.yaml: YAML anchors and aliases \(&name, \*name\) are not allowed at line 2"),
+    ("workbook: &w {notebooks: [a]}\nnames: [*w]\n", "YAML anchors and aliases"),
+    ("workbook: {notebooks: [a]}\n<<: {size: 3}\n", r"p.yaml: YAML merge keys \(<<\) are not allowed at line 2"),
+    ("workbook: {notebooks: [a]}\nsize: \x01\n", "p.yaml: malformed YAML: unacceptable character"),
+    ("workbook: {notebooks: [a]}\nsize: " + "9" * 5000 + "\n", "p.yaml: unreadable YAML value"),
 ])  # fmt: skip
 def test_bad_files_give_one_line_naming_file_and_key(dirs, text, message):
     with pytest.raises(ParameterError, match=message) as err:
@@ -78,9 +83,21 @@ def test_unknown_platform_lists_the_known_ones(dirs):
         plan(dirs, "workbook: {notebooks: [a]}\n") and load_plan("nope", parameters_dir=dirs[1])
 
 
+def test_a_platform_is_a_parameter_files_stem_never_a_path(dirs):
+    nbs, prm = dirs
+    (prm / "p.yaml").write_text("workbook: {notebooks: [a]}\n")
+    (prm / "...yaml").write_text("workbook: {notebooks: [a]}\n")  # its stem is ".."
+    assert params.list_platforms(prm) == ["p"]
+    for name in ("../parameters/p", str(prm / "p"), "p.yaml", "..", ""):
+        with pytest.raises(ParameterError, match=r"unknown platform .*: choose from \['p'\]"):
+            load_plan(name, parameters_dir=prm, notebooks_dir=nbs)
+
+
 def test_bad_override_and_only(dirs):
     with pytest.raises(ParameterError, match="name=value"):
         parse_override("size")
+    with pytest.raises(ParameterError, match=r"-p 'size=\[&a 1, \*a\]': YAML anchors"):
+        parse_override("size=[&a 1, *a]")
     with pytest.raises(ParameterError, match="command line: unknown key 'x'"):
         plan(dirs, "workbook: {notebooks: [a]}\n", overrides={"x": 1})
     with pytest.raises(ParameterError, match=r"--only: \['b'\]: choose from .*\['a'\]"):

@@ -17,6 +17,7 @@ from kernel_lib.config import (
     largest_needs,
     param,
     parse_choice,
+    parse_choices,
     parse_dtype,
     positive,
     positive_list,
@@ -29,6 +30,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 PREFIX = "attn_"  # of the notebook parameters, named in every error
 # attention-gym families with their own flex call (not registry patterns): bench_gym.py
 GYM_KERNELS = ("mla", "temporal_heads", "activation")
+
+
+def _tiles(length: int, block: int) -> int:
+    """`length` rounded up to whole tiles of `block`."""
+    return -(-length // block) * block
 
 
 @dataclass(frozen=True)
@@ -121,8 +127,8 @@ class AttentionConfig:
     gym_kernels: tuple[str, ...] = param(
         GYM_KERNELS,
         "attention-gym families outside the pattern registry, checked and timed in their own "
-        "section (flex compiles: mla 2, temporal_heads 1, activation 1 per activation); a list "
-        f"among {', '.join(GYM_KERNELS)}",
+        "section (flex compiles: mla 2, temporal_heads 1, activation 1 per activation); a "
+        f"non-empty list among {', '.join(GYM_KERNELS)}",
     )
     mla_kv_lora_rank: int = param(
         128, "MLA: C, the latent width the KV cache holds (DeepSeek-V3: 512); an int > 0"
@@ -145,7 +151,7 @@ class AttentionConfig:
     )
     activations: tuple[str, ...] = param(
         tuple(ACTIVATIONS),
-        f"activation attention (softmax replaced): activations timed; a list among "
+        f"activation attention (softmax replaced): activations timed; a non-empty list among "
         f"{', '.join(ACTIVATIONS)}",
     )
     reps: int = param(
@@ -256,12 +262,12 @@ class AttentionConfig:
             self.page_size,
             "a power of two >= 16",
         )
-        object.__setattr__(self, "gym_kernels", tuple(self.gym_kernels))
-        object.__setattr__(self, "activations", tuple(self.activations))
-        for name in self.gym_kernels:
-            parse_choice(name, GYM_KERNELS, param=p + "gym_kernels")
-        for name in self.activations:
-            parse_choice(name, ACTIVATIONS, param=p + "activations")
+        # Empty, these would leave section 11 (or its activation part) nothing to run. Empty
+        # causal_dtypes and gym_patterns are fine: their sections' other cases still run.
+        for name, choices in (("gym_kernels", GYM_KERNELS), ("activations", ACTIVATIONS)):
+            object.__setattr__(
+                self, name, parse_choices(getattr(self, name), choices, param=p + name)
+            )
         for name in (
             "mla_kv_lora_rank",
             "mla_nope_dim",
@@ -291,11 +297,40 @@ class AttentionConfig:
     def memory_needs(self) -> dict[str, float]:
         """Notebook parameter -> estimated peak bytes of the largest case it sets the size of:
         the pattern sections at attn_seq_len (with the backward case), the window sweep at
-        attn_windows_seq_len, the sequence sweep at attn_seq_lens."""
+        attn_windows_seq_len, the sequence sweep at attn_seq_lens, each tile's BlockMasks, the
+        decode, paged and cross-attention cases and MLA."""
         sizes = ("batch", "heads", "head_dim", "dtype")
         cases = [(self._case_bytes(self.seq_len, backward=True), ("seq_len", *sizes))]
         cases += [(self._case_bytes(self.windows_seq_len), ("windows_seq_len", *sizes))]
         cases += [(self._case_bytes(s), ("seq_lens", *sizes)) for s in self.seq_lens]
+        cases += [  # create_block_mask pads the bool mask to whole tiles (per head: temporal)
+            (
+                self.heads * _tiles(self.seq_len, b) ** 2 + _tiles(self.windows_seq_len, b) ** 2,
+                ("block_sizes", "heads", "seq_len", "windows_seq_len"),
+            )
+            for b in self.block_sizes
+        ]
+        decode = (
+            "decode_heads",
+            "decode_kv_heads",
+            "decode_head_dim",
+            "decode_dtype",
+            "page_size",
+        )
+        cases.append((
+            self._decode_bytes(self.decode_q_len, self.decode_kv_len, paged=True),
+            ("decode_q_len", "decode_kv_len", *decode),
+        ))  # fmt: skip
+        cases += [
+            (self._decode_bytes(1, n), ("decode_kv_lens", *decode)) for n in self.decode_kv_lens
+        ]
+        cases.append((
+            self._decode_bytes(self.cross_q_len, self.cross_kv_len),
+            ("cross_q_len", "cross_kv_len", *decode),
+        ))  # fmt: skip
+        if "mla" in self.gym_kernels:
+            mla = ("mla_kv_lora_rank", "mla_nope_dim", "mla_rope_dim", "mla_v_dim")
+            cases.append((self._mla_bytes(), (*mla, "batch", "heads", "seq_len", "dtype")))
         return largest_needs(cases, PREFIX)
 
     def _case_bytes(self, seq_len: int, *, backward: bool = False) -> int:
@@ -312,6 +347,31 @@ class AttentionConfig:
         if backward:  # pattern sections: SDPA's additive (1, H, S, S) bias, twice, and offsets
             masks += 2 * H * S * S * item + 8 * S * S
         return tensors + scores + masks
+
+    def _decode_bytes(self, q_len: int, kv_len: int, *, paged: bool = False) -> int:
+        """One decode or cross-attention case (bench_decode.py, B = 1): q (Hq, Lq, D) and k, v
+        (Hkv, Lk, D) drawn in fp32 then cast; the fp64 reference's q, output, and k, v repeated
+        to Hq heads, its (Hq, Lq, Lk) scores three times; the bool mask, and again padded to
+        attn_page_size tiles. `paged`: the page pool and its padded staging copy, k and v."""
+        H, D, P = self.decode_heads, self.decode_head_dim, self.page_size
+        item = parse_dtype(self.decode_dtype).itemsize
+        q, kv = H * q_len * D, self.decode_kv_heads * kv_len * D
+        tensors = (q + 2 * kv) * (4 + item) + 2 * H * kv_len * D * (item + 8) + q * (8 + 8 + item)
+        masks = q_len * kv_len + _tiles(q_len, P) * _tiles(kv_len, P)
+        pages = 2 * self.decode_kv_heads * D * item * (2 * _tiles(kv_len, P) + 3 * P)
+        return tensors + 3 * 8 * H * q_len * kv_len + masks + (pages if paged else 0)
+
+    def _mla_bytes(self) -> int:
+        """MLA (bench_gym.py): inputs drawn in fp32 then cast, and in fp64 for the reference;
+        the expanded per-head q, k, v, again in fp64; the reference's scores (rows as in
+        _case_bytes)."""
+        B, H, S = self.batch, self.heads, self.seq_len
+        C, Dn, R, Dv = self.mla_kv_lora_rank, self.mla_nope_dim, self.mla_rope_dim, self.mla_v_dim
+        item = parse_dtype(self.dtype).itemsize
+        inputs = B * (H * S * (Dn + R) + S * (C + R)) + C * H * (Dn + Dv)
+        expanded = B * H * S * (2 * (Dn + R) + Dv)
+        rows = S if S <= FULL_CHECK_MAX_SEQ_LEN else 256
+        return inputs * (4 + item + 8) + expanded * (item + 8) + 3 * 8 * B * H * rows * S
 
     def shape(self, seq_len: int | None = None) -> AttentionShape:
         """The (B, H, S, D) problem, at `seq_len` instead of S for the sequence sweep."""

@@ -143,6 +143,11 @@ class BackendConfig:
         mlp_item = parse_dtype(self.mlp_dtype).itemsize
         mlp = 8 * self.mlp_dim**2 + 5 * self.mlp_batch * self.mlp_dim  # weights D x 4D x 2, x, h
         cases.append((mlp * (mlp_item + 8), ("mlp_batch", "mlp_dim", "mlp_dtype")))  # + fp64 twin
+        # TPU shape-change pass: every fp32 (1, L, D) input; at the longest bucketed L, the
+        # padded input on host and device, the 4D hidden before and after GELU, the output
+        longest = max(-(-n // self.xla_bucket) * self.xla_bucket for n in self.xla_seq_lens)
+        xla = (sum(self.xla_seq_lens) + 11 * longest) * self.mlp_dim * fp32
+        cases.append((xla, ("xla_seq_lens", "xla_bucket", "mlp_dim")))
         return largest_needs(cases, "")
 
     @classmethod

@@ -6,15 +6,21 @@ Plain data (dicts and YAML text): nothing here imports SkyPilot, so `--dry-run` 
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import dataclass
 
 import yaml
 
+from kernel_lib.config import short_repr
 from kernel_lib.params import ROOT, ParameterError, load_plan
 
 RESULTS = "/results"  # where the bucket is mounted on the VM
 BUCKET_SCHEMES = ("gs://", "s3://")
 JOB_PREFIX = "kernel-workbook-"  # managed job name: JOB_PREFIX + platform
+# A platform name goes into a job name, the VM's environment and make's command line (whose
+# recipes put $(PLATFORM) into shell lines unquoted): nothing a shell or make reads specially.
+PLATFORM_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,12 @@ if [ -n "$TORCH_INDEX_URL" ]; then
   python3 -m venv .venv
   .venv/bin/pip install -q "$(grep -o '^torch==[0-9.]*' requirements.txt)" --index-url "$TORCH_INDEX_URL"
 fi
-make {setup} PLATFORM=$PLATFORM
+make {setup} PLATFORM="$PLATFORM"
 """
 # The report is copied into the bucket even when a notebook failed (its report says which);
 # the job's exit status is make's.
 RUN = """\
-make report PLATFORM=$PLATFORM REPEAT=$REPEAT ONLY=$ONLY
+make report PLATFORM="$PLATFORM" REPEAT="$REPEAT" ONLY="$ONLY"
 status=$?
 if [ -d "outputs/$PLATFORM" ]; then
   mkdir -p "$RESULTS/$PLATFORM" && cp -r "outputs/$PLATFORM/." "$RESULTS/$PLATFORM/"
@@ -80,6 +86,11 @@ exit $status
 
 def target(platform: str) -> Target:
     """The resources `platform` asks for; ParameterError for an unknown or manual-only one."""
+    if not PLATFORM_NAME.fullmatch(platform):
+        raise ParameterError(
+            f"platform {short_repr(platform)}: a cloud platform's name is letters, digits, "
+            "'.', '_' and '-' only (rename its parameter file)"
+        )
     if platform in MANUAL:
         raise ParameterError(f"platform {platform!r}: {MANUAL[platform]}")
     load_plan(platform)  # an unknown platform, or a bad parameter file, fails here
@@ -127,7 +138,7 @@ def task_config(
             "RESULTS": RESULTS,
             "TORCH_INDEX_URL": spec.torch_index or "",
         },
-        "setup": SETUP.format(setup=spec.setup),
+        "setup": SETUP.format(setup=shlex.quote(spec.setup)),
         "run": RUN,
     }
     if bucket:

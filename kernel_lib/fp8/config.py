@@ -40,6 +40,13 @@ def _any_of(names) -> str:
     return ", ".join(names)
 
 
+def _check_bytes(n: int) -> int:
+    """One (n+5) x 2n x n GEMM check (checks.py): fp32 operands and their fp64, bf16 and fp8
+    copies; fp64 product, fp64 FP8 reference, fp32 and bf16 outputs."""
+    m, k = n + 5, 2 * n
+    return (m + n) * k * (4 + 8 + 2 + 1) + m * n * (8 + 8 + 4 + 2)
+
+
 _SIZES = f"a non-empty list of multiples of {ALIGN} > 0"
 _BLOCK_SIZES = f"a non-empty list of multiples of {BLOCK} > 0"
 
@@ -204,7 +211,7 @@ class Fp8BenchConfig:
         mib = 2**20
         cases = [  # quantisation bandwidth: fp32 input x, the copy's fp32 dst, the fp8 output and
             # the fp64 copy of x the reference quantises: 4 + 4 + 1 + 8 bytes per element of x
-            (size * mib // 4 * (4 + 4 + 1 + 8), ("quant_mib",))
+            (size * (mib // 4) * (4 + 4 + 1 + 8), ("quant_mib",))
             for size in self.quant_mib
         ]
         cases += [  # linear sweep: bf16 x, W and output, fp8 x and W, fp64 x, W and output
@@ -222,6 +229,18 @@ class Fp8BenchConfig:
         n = self.error_rows  # error tables: four (n, n) fp32 samples, one's fp8 codes, and the
         # fp64 reference and dequantised copy its errors are computed from
         cases.append((n * n * (4 * 4 + 1 + 2 * 8), ("error_rows",)))
+        cases += [(_check_bytes(n), ("check_sizes",)) for n in self.check_sizes]
+        cases += [(_check_bytes(n), ("block_check_sizes",)) for n in self.block_check_sizes]
+        r, d, f = self.train_batch * self.model_seq, self.model_dim, self.model_ffn
+        layers = self.model_layers
+        weights, activations = layers * (2 * d * f + d + f), layers * r * (2 * f + d)
+        cases.append((  # training.py draws every step's batch at once: inputs, the teacher's
+            # stacked outputs and their normalised copy, (steps, R, D) fp32 each; the student's
+            # fp32 weights, gradients and AdamW moments, and the teacher's weights; one step's
+            # activations (per block (R, F) twice and (R, D)) in fp32 and bf16, and gradients
+            12 * self.train_steps * r * d + 5 * 4 * weights + 2 * (4 + 2) * activations,
+            ("train_steps", "train_batch", "model_seq", "model_dim", "model_ffn", "model_layers"),
+        ))  # fmt: skip
         return largest_needs(cases, "fp8_")
 
     @property

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from fractions import Fraction
 
 from kernel_lib.config import (
+    finite,
     from_params,
     largest_needs,
     param,
     parse_choice,
+    parse_choices,
     parse_dtype,
     positive,
     positive_list,
@@ -56,15 +59,17 @@ class MoEBenchConfig:
         1.25, "capacity mode: C = ceil(cf x T x K / E) rows per expert; a finite number > 0"
     )
     strategies: tuple = param(
-        STRATEGIES, f"dispatch strategies timed; any of {_any_of(STRATEGIES)}"
+        STRATEGIES, f"dispatch strategies timed; a non-empty list of {_any_of(STRATEGIES)}"
     )
+    # May be empty (ci.yaml): the plain loop is timed compiled beside them anyway.
     compile: tuple = param(
         ("sorted_grouped",),
         f"strategies also timed forward under torch.compile; any of {_any_of(STRATEGIES)}",
     )
     backward: bool = param(True, "also time forward + backward (weight gradients); True or False")
     layer_types: tuple = param(
-        LAYER_TYPES, f"layer presets timed as whole layers; any of {_any_of(LAYER_TYPES)}"
+        LAYER_TYPES,
+        f"layer presets timed as whole layers; a non-empty list of {_any_of(LAYER_TYPES)}",
     )
     imbalance: tuple = param(
         (0.0, 1.0, 2.0),
@@ -86,13 +91,14 @@ class MoEBenchConfig:
     )
     sweep_strategies: tuple = param(
         ("loop", "sorted_grouped", "padded"),
-        f"strategies in the sweeps; any of {_any_of(STRATEGIES)}",
+        f"strategies in the sweeps; a non-empty list of {_any_of(STRATEGIES)}",
     )
     min_time_s: float = param(
         0.2, "timing budget per candidate and measurement (s); a finite number > 0"
     )
     presets: tuple = param(
-        tuple(PRESETS), f"model presets timed with their own routing; any of {_any_of(PRESETS)}"
+        tuple(PRESETS),
+        f"model presets timed with their own routing; a non-empty list of {_any_of(PRESETS)}",
     )
     preset_scale: float = param(
         0.0625,
@@ -155,22 +161,25 @@ class MoEBenchConfig:
         positive(self.preset_scale, "moe_preset_scale")
         require(self.preset_scale <= 1, "moe_preset_scale", self.preset_scale, "<= 1")
         require(
-            _finite(self.preset_zipf) and self.preset_zipf >= 0,
+            finite(self.preset_zipf) and self.preset_zipf >= 0,
             "moe_preset_zipf",
             self.preset_zipf,
             "a finite number >= 0",
         )
-        for value in self.presets:
-            parse_choice(value, tuple(PRESETS), param="moe_presets")
         parse_choice(self.balance_preset, tuple(PRESETS), param="moe_balance_preset")
-        for name in ("strategies", "compile", "sweep_strategies"):
-            for value in getattr(self, name):
-                parse_choice(value, STRATEGIES, param=f"moe_{name}")
-        for value in self.layer_types:
-            parse_choice(value, LAYER_TYPES, param="moe_layer_types")
+        for value in self.compile:
+            parse_choice(value, STRATEGIES, param="moe_compile")
+        # empty, these would leave a section (and its table or plot) nothing to run
+        for name, choices in (
+            ("strategies", STRATEGIES),
+            ("sweep_strategies", STRATEGIES),
+            ("layer_types", LAYER_TYPES),
+            ("presets", tuple(PRESETS)),
+        ):
+            parse_choices(getattr(self, name), choices, param=f"moe_{name}")
         require(isinstance(self.backward, bool), "moe_backward", self.backward, "True or False")
         require(
-            len(self.imbalance) > 0 and all(_finite(v) for v in self.imbalance),
+            len(self.imbalance) > 0 and all(finite(v) for v in self.imbalance),
             "moe_imbalance",
             list(self.imbalance),
             "a non-empty list of finite numbers",
@@ -197,6 +206,10 @@ class MoEBenchConfig:
         cases.append(  # the seed-style comparison: the first shape in float32
             (memory_needed(t0, d0, f0, e, k, 4), ("tokens", "hidden", "ffn", "experts", "top_k"))
         )
+        if "padded" in self.strategies:  # capacity mode: E x C padded rows of D, F, F and D
+            rows = e * math.ceil(Fraction(self.capacity_factor) * t0 * k / e)  # exact: no float
+            need = memory_needed(t0, d0, f0, e, k, item) + rows * 2 * (d0 + f0) * item
+            cases.append((need, ("capacity_factor", "tokens", "experts", "top_k", *shape)))
         cases += [
             (memory_needed(t, d0, f0, e, k, item), ("sweep_tokens", "experts", "top_k", *shape))
             for t in self.sweep_tokens
@@ -223,10 +236,6 @@ class MoEBenchConfig:
     def shapes(self) -> list[tuple[int, int, int]]:
         """(T, D, F) of each throughput shape."""
         return list(zip(self.tokens, self.hidden, self.ffn))
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _positive_ints(values, param: str) -> None:

@@ -36,10 +36,16 @@ def test_defaults_cover_every_pattern():
     ("cold_compile", 1, "attn_cold_compile"),
     ("prefix_len", -1, "attn_prefix_len=-1"),
     ("reps", 0, "attn_reps=0"),
+    ("gym_kernels", [], r"attn_gym_kernels=\[\] must be a non-empty list"),
+    ("activations", [], "attn_activations"),
 ])  # fmt: skip
 def test_bad_parameters_name_themselves(field, value, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(AttentionConfig(), **{field: value})
+
+
+def test_optional_extras_may_be_empty():  # the other dtypes of causal, the timed gym patterns
+    assert AttentionConfig(causal_dtypes=[], gym_patterns=[]).gym_patterns == ()
 
 
 def test_any_head_dim_is_accepted():
@@ -62,6 +68,10 @@ def test_memory_needs_count_the_reference_in_chunks_not_the_dense_score_matrix()
     ("seq_len", 512, 4096), ("seq_lens", (256,), (256, 8192)), ("batch", 1, 8),
     ("windows_seq_len", 512, 8192),
     ("heads", 2, 32), ("head_dim", 16, 256),
+    ("block_sizes", (64,), (64, 2**14)), ("page_size", 128, 2**20),
+    ("decode_kv_len", 1024, 65536), ("decode_q_len", 1, 512), ("decode_kv_lens", (1024,), (2**20,)),
+    ("decode_heads", 8, 64), ("decode_head_dim", 64, 256), ("cross_q_len", 200, 20000),
+    ("cross_kv_len", 1000, 100000), ("mla_kv_lora_rank", 128, 8192), ("mla_v_dim", 64, 1024),
 ])  # fmt: skip
 def test_memory_needs_grow_with_the_size_they_name(field, small, large):
     def need(value):

@@ -60,6 +60,7 @@ def test_memory_needs_of_hand_computed_cases():
 @pytest.mark.parametrize("name, small, large", [
     ("gemm_sizes", [256], [256, 4096]), ("bandwidth_mib", [1], [512]), ("transfer_mib", [1], [64]),
     ("tf32_size", 16, 4096), ("mlp_dim", 8, 1024), ("mlp_batch", 4, 4096),
+    ("xla_seq_lens", [17], [17, 10**6]), ("xla_bucket", 64, 2**20),
 ])  # fmt: skip
 def test_memory_needs_grow_with_the_size_they_name(name, small, large):
     def need(value):

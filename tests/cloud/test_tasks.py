@@ -1,11 +1,14 @@
 """The task files and the `cloud` command's checks: plain Python, no SkyPilot needed."""
 
+import os
+import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from kernel_lib import params
 from kernel_lib.__main__ import main
 from kernel_lib.cloud import jobs
 from kernel_lib.cloud.tasks import JOB_PREFIX, MANUAL, RESULTS, TARGETS, task_config, task_yaml
@@ -21,7 +24,7 @@ def test_task_runs_make_report_for_its_platform_into_the_bucket(platform):
     config = task_config(platform, bucket="gs://b/run-1/", repeat=3, spot=True)
     assert config["name"] == JOB_PREFIX + platform
     assert config["envs"]["PLATFORM"] == platform and config["envs"]["REPEAT"] == "3"
-    assert "make report PLATFORM=$PLATFORM REPEAT=$REPEAT" in config["run"]
+    assert 'make report PLATFORM="$PLATFORM" REPEAT="$REPEAT"' in config["run"]
     assert config["file_mounts"][RESULTS] == {"source": "gs://b/run-1", "mode": "MOUNT"}
     assert config["resources"]["use_spot"] is True
     assert yaml.safe_load(task_yaml(config)) == config
@@ -47,6 +50,41 @@ def test_tpu_task_sets_up_the_xla_environment_with_its_runtime():
 def test_bad_input_is_refused_before_any_launch(kwargs, match):
     with pytest.raises(ParameterError, match=match):
         task_config(**kwargs)
+
+
+HOSTILE = "x;touch pwned $(touch pwned2) `touch pwned3` *"
+
+
+def test_a_platform_name_a_shell_or_make_would_read_is_refused(tmp_path, monkeypatch):
+    (tmp_path / f"{HOSTILE}.yaml").write_text("workbook: {notebooks: [moe]}\n")
+    monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path)
+    assert HOSTILE in list_platforms()  # a parameter file of that name: load_plan reads it
+    with pytest.raises(ParameterError, match="letters, digits, '.', '_' and '-' only"):
+        task_config(HOSTILE)
+
+
+@pytest.mark.parametrize("script", ["setup", "run"])
+def test_the_scripts_pass_their_values_to_make_as_one_word_each(tmp_path, script):
+    """Run by bash with hostile values in the environment (make and python3 stubbed): make gets
+    each value whole, and nothing in them runs."""
+    config = task_config("ci", repeat=2, only=["moe"])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > make.args\n')
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 0\n")  # ensurepip found: no apt-get
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    envs = {**config["envs"], "PLATFORM": HOSTILE, "ONLY": "moe;touch pwned4"}
+    env = {**os.environ, **envs, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    bash = subprocess.run(["bash", "-c", config[script]], cwd=tmp_path, env=env)
+    assert bash.returncode == 0
+    assert not list(tmp_path.glob("pwned*"))
+    args = (tmp_path / "make.args").read_text().splitlines()
+    expected = {
+        "setup": ["setup", f"PLATFORM={HOSTILE}"],
+        "run": ["report", f"PLATFORM={HOSTILE}", "REPEAT=2", "ONLY=moe;touch pwned4"],
+    }
+    assert args == expected[script]
 
 
 def test_dry_run_prints_the_task_and_its_resources(capsys):

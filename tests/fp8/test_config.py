@@ -49,8 +49,18 @@ def test_memory_needs_of_hand_computed_cases():
     assert 256**2 * 12 < needs["fp8_error_rows"] < 256**2 * 64
 
 
+def test_memory_needs_of_training_count_every_steps_batch_drawn_at_once():
+    needs = Fp8BenchConfig(train_steps=1000, train_batch=16, model_seq=16).memory_needs()
+    # inputs, stacked targets and normalised targets: (1000, 256, 32) fp32 each
+    assert 12 * 1000 * 256 * 32 < needs["fp8_train_steps"] < 13 * 1000 * 256 * 32
+    assert Fp8BenchConfig(train_steps=10**12).memory_needs()["fp8_train_steps"] > 2**50
+
+
 @pytest.mark.parametrize("field, small, large", [
     ("quant_mib", (64,), (64, 256)), ("gemm_sizes", (512,), (2048,)), ("error_rows", 64, 4096),
+    ("check_sizes", (32,), (32, 1024)), ("block_check_sizes", (128,), (4096,)),
+    ("train_steps", 40, 4000), ("train_batch", 16, 64), ("model_seq", 16, 64),
+    ("model_dim", 32, 512), ("model_ffn", 64, 4096), ("model_layers", 1, 8),
 ])  # fmt: skip
 def test_memory_needs_grow_with_the_size_they_name(field, small, large):
     def need(value):

@@ -35,6 +35,7 @@ def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
     ("backward", "yes"), ("sweep_base_tokens", 0), ("presets", ["DeepSeek-V3"]),
     ("preset_scale", 0.0), ("preset_scale", 2.0), ("preset_tokens", 0), ("preset_zipf", -1.0),
     ("balance_preset", "mixtral"), ("balance_steps", 0), ("balance_gamma", 0.0),
+    ("strategies", []), ("sweep_strategies", []), ("layer_types", []), ("presets", []),
 ])  # fmt: skip
 def test_bad_parameter_is_named(param, value):
     with pytest.raises(ValueError, match=f"moe_{param}="):
@@ -51,8 +52,14 @@ def test_shape_lists_must_have_equal_length():
         MoEBenchConfig(tokens=(8, 8), hidden=(16, 16), ffn=(32,))
 
 
+def test_an_empty_compile_list_is_fine():  # the plain loop is timed compiled anyway
+    assert MoEBenchConfig(compile=[]).compile == ()
+
+
 SMALL = dict(tokens=(1024,), hidden=(64,), ffn=(256,), experts=4, top_k=2, sweep_tokens=(8,),
-             sweep_base_tokens=8, sweep_experts=(4,), sweep_top_k=(1,), presets=())  # fmt: skip
+             sweep_base_tokens=8, sweep_experts=(4,), sweep_top_k=(1,),
+             strategies=("loop", "sorted_grouped"), presets=("mixtral-8x7b",),
+             preset_scale=0.001, preset_tokens=8)  # fmt: skip
 
 
 def test_memory_needs_of_a_hand_computed_case():
@@ -77,9 +84,20 @@ def test_memory_needs_grow_with_the_size_they_name(field, bigger):
 
 
 def test_memory_needs_of_the_presets_follow_their_scaled_sizes():
-    small = MoEBenchConfig(**{**SMALL, "presets": ("deepseek-v3",)}).memory_needs()
-    large = MoEBenchConfig(**{**SMALL, "presets": ("deepseek-v3",), "preset_scale": 0.25})
+    deepseek = {**SMALL, "presets": ("deepseek-v3",), "preset_tokens": 8192}
+    small = MoEBenchConfig(**{**deepseek, "preset_scale": 0.0625}).memory_needs()
+    large = MoEBenchConfig(**{**deepseek, "preset_scale": 0.25})
     # DeepSeek-V3 at 1/16: D=448, F=128, E=256, K=8, T=8192 (memory_needed's terms)
     elements = 3 * 8192 * 448 + 4 * 256 * 448 * 256 + 8192 * 8 * (448 + 4 * 128)
     assert small["moe_preset_scale"] == elements * (2 + 8)
     assert large.memory_needs()["moe_preset_scale"] > small["moe_preset_scale"]
+
+
+def test_capacity_mode_counts_the_padded_buffers_of_the_padded_strategy():
+    padded = {**SMALL, "strategies": ("loop", "padded")}
+    assert "moe_capacity_factor" not in MoEBenchConfig(**SMALL).memory_needs()
+    need = MoEBenchConfig(**padded).memory_needs()["moe_capacity_factor"]
+    # the dtype's case plus E x C = 4 x ceil(1.25 x 1024 x 2 / 4) rows of D, F, F, D in bfloat16
+    assert need == 2_949_120 * (2 + 8) + 2560 * 2 * (64 + 256) * 2
+    huge = MoEBenchConfig(**padded, capacity_factor=1e9).memory_needs()["moe_capacity_factor"]
+    assert huge > 2**50
