@@ -6,11 +6,9 @@ does not stop its notebook: the cells after it still run, so one failed check or
 costs neither the other sections' figures nor the records (the last cell saves them); the notebook
 is `failed` with its first error.
 
-The runner replaces only what it made: an `out` folder that is new, empty, or one of its reports,
-never a file, someone's folder or the checkout. One run at a time per folder (a lock beside it).
-The run is staged in a sibling folder and swapped in at the end, so an interrupted or failed run
-leaves the previous report untouched, and a finished run that cannot be swapped in is kept. The
-notebook kernels run this checkout's kernel_lib (ROOT first on PYTHONPATH) and its compile cache.
+The report folder is held and staged by kernel_lib.outdir: the runner replaces only what it made,
+one run at a time per folder, and an interrupted or failed run leaves the previous report untouched.
+The notebook kernels run this checkout's kernel_lib (ROOT first on PYTHONPATH) and its compile cache.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import contextlib
 import copy
 import dataclasses
 import datetime as dt
-import fcntl
 import json
 import os
 import re
@@ -37,15 +34,14 @@ from papermill.exceptions import PapermillExecutionError
 from papermill.execute import ERROR_MARKER_TAG, ERROR_STYLE, remove_error_markers
 
 from kernel_lib import allocator
-from kernel_lib.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
+from kernel_lib.aggregate import RUN_PREFIX, run_folders, write_aggregate_run
+from kernel_lib.outdir import RUN_FILE, owned, staged
 from kernel_lib.params import ROOT, ParameterError, Plan
 from kernel_lib.platform import device_facts
 from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RUN_ID_ENV
 
 KERNEL_NAME = "kernel-workbook"
-RUN_FILE = "run.json"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # compiled kernels (flex_attention, torch.compile) persist
-KEPT = "unswapped"  # `<out>.unswapped-<time>`: a finished run that could not replace <out>
 FAILED_STATUSES = ("failed", "timed out", "kernel died")
 
 
@@ -310,127 +306,6 @@ def _git_revision() -> str:
         return "unknown"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
-
-
-def _is_report(folder: Path) -> bool:
-    """A report this runner wrote: its run.json names a platform and a run id."""
-    try:
-        run = json.loads((folder / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(run, dict) and {"platform", "run_id"} <= run.keys()
-
-
-def _check_out(out_dir: Path) -> None:
-    """ParameterError unless `out_dir` is the runner's to replace: new, empty, or a report."""
-    if out_dir == ROOT or out_dir in ROOT.parents:
-        why = "is or contains the repository"
-    elif out_dir.exists() and not out_dir.is_dir():
-        why = "is a file"
-    elif out_dir.is_dir() and any(out_dir.iterdir()) and not _is_report(out_dir):
-        why = f"holds files that are not a report (no {RUN_FILE} of a run): choose a new folder"
-    else:
-        return
-    raise ParameterError(f"--out {out_dir} {why}")
-
-
-@contextlib.contextmanager
-def _locked(out_dir: Path):
-    """Hold `.lock-<name>` beside `out_dir` for the block (flock: the lock ends with the process,
-    even a killed one); ParameterError naming the holder when another run has it."""
-    path = out_dir.parent / f".lock-{out_dir.name}"
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 200).decode(errors="replace").strip() or "another run"
-            os.close(fd)
-            raise ParameterError(
-                f"--out {out_dir} is being written by {holder}: wait for it or choose another --out"
-            ) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # its holder finished and removed it between our open and flock: again
-    try:
-        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        os.write(fd, f"run pid {os.getpid()} (started {started})".encode())
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        os.close(fd)
-
-
-def _keep(staging: Path, out_dir: Path) -> Path:
-    """Move a finished run that did not replace `out_dir` to a name no run cleans up (where that
-    fails too, it stays in `staging`, which a later run keeps as well); return where it is."""
-    kept = out_dir.with_name(f"{out_dir.name}.{KEPT}-{dt.datetime.now():%Y%m%dT%H%M%S}")
-    try:
-        staging.rename(kept)
-    except OSError:
-        return staging
-    return kept
-
-
-def _clean_after_killed_runs(out_dir: Path) -> None:
-    """Under the lock, what runs killed (SIGKILL, power loss) left: a report caught mid-swap
-    (renamed away, the new one not in place) comes back, a finished run (its staging holds a
-    run.json) is kept (`_keep`), unfinished staging folders go."""
-    for path in out_dir.parent.glob(f".*-{out_dir.name}-*"):
-        kind, _, pid = path.name[1:].rpartition(f"-{out_dir.name}-")
-        if kind not in ("staging", "previous") or not pid.isdigit() or _pid_alive(int(pid)):
-            continue
-        if kind == "previous" and not out_dir.exists():
-            path.rename(out_dir)
-        elif kind == "staging" and (path / RUN_FILE).exists():
-            kept = _keep(path, out_dir)
-            print(f"a finished run that was not swapped in is in {kept}", file=sys.stderr)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _owned(out_dir: Path):
-    """`out_dir` held for one run: checked (`_check_out`), locked, rid of killed runs' leftovers."""
-    _check_out(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(out_dir):
-        _clean_after_killed_runs(out_dir)
-        yield
-
-
-def _stage(out_dir: Path, repeat: int = 1) -> tuple[Path, dict]:
-    """A fresh staging folder and the run.json of the report it continues ({} if none): a copy of
-    the last report when it has the same layout (one run, or `run-*/` folders), whose results are
-    kept until a notebook's new ones replace them. Not its run.json: staging holds one only once
-    its own run has finished. A failed copy leaves nothing."""
-    staging = out_dir.parent / f".staging-{out_dir.name}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    previous = {}
-    try:
-        if (out_dir / RUN_FILE).exists() and (repeat_of(out_dir) > 1) == (repeat > 1):
-            previous = json.loads((out_dir / RUN_FILE).read_text())
-            shutil.copytree(out_dir, staging)
-            (staging / RUN_FILE).unlink()
-        else:
-            staging.mkdir(parents=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return staging, previous
-
-
 def _set_aside(staging: Path, name: str) -> Path:
     """Move the previous files of notebook `name` into a side folder; return it."""
     aside = staging / ".previous" / name
@@ -457,44 +332,6 @@ def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResu
     for stale in staging.glob(f"{name}.failed.*"):
         stale.unlink()
     return False
-
-
-def _swap_in(staging: Path, out_dir: Path) -> None:
-    """Replace the old report with the finished one; the old one is deleted only once replaced.
-    When that fails the old report stays, the finished run is kept (`_keep`) and an OSError says
-    where it is."""
-    previous = out_dir.parent / f".previous-{out_dir.name}-{os.getpid()}"
-    try:
-        if out_dir.exists():
-            out_dir.rename(previous)
-        staging.rename(out_dir)
-    except OSError as err:
-        if previous.exists() and not out_dir.exists():
-            with contextlib.suppress(OSError):  # else the next run puts it back
-                previous.rename(out_dir)
-        raise OSError(
-            f"the finished run is in {_keep(staging, out_dir)}: it could not replace {out_dir} "
-            f"({err.strerror or err})"
-        ) from err
-    shutil.rmtree(previous, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _staged(out_dir: Path, repeat: int = 1):
-    """A new report of `out_dir` staged (`_stage`: yields the folder and the previous run.json),
-    swapped in when the block ends; when it raises, staging goes and `out_dir` is unchanged."""
-    staging, previous = _stage(out_dir, repeat)
-    try:
-        yield staging, previous
-    except BaseException as err:
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(err, KeyboardInterrupt):
-            unchanged = f"the previous report in {out_dir} is unchanged"
-            raise KeyboardInterrupt(
-                unchanged if out_dir.exists() else f"nothing was written to {out_dir}"
-            ) from None
-        raise
-    _swap_in(staging, out_dir)
 
 
 @contextlib.contextmanager
@@ -549,7 +386,7 @@ def run_plan(
     holds it; OSError (the previous report unchanged) when the disk fails."""
     kernel_env = kernel_allocator(plan)
     out_dir = Path(out_dir).resolve()
-    with _owned(out_dir):
+    with owned(out_dir):
         return _run(plan, out_dir, kernel_env, kernel_name=kernel_name, progress=progress)
 
 
@@ -571,7 +408,7 @@ def _run(
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
     identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
     results = []
-    with _staged(out_dir) as (staging, previous):
+    with staged(out_dir) as (staging, previous):
         earlier = {r["notebook"]: r for r in previous.get("notebooks", [])}
         # read by save_records: results go into the report being staged (a notebook's own
         # `results_dir` parameter is for runs by hand: load_plan refuses it); each kernel
@@ -658,12 +495,12 @@ def run_repeated(
     kernel_env = kernel_allocator(plan)  # refused before anything runs
     out_dir = Path(out_dir).resolve()
     options = {"kernel_name": kernel_name, "progress": progress}
-    with _owned(out_dir):
+    with owned(out_dir):
         if repeat == 1:
             return _run(plan, out_dir, kernel_env, **options)
         started = dt.datetime.now(dt.timezone.utc)
         results = []
-        with _staged(out_dir, repeat) as (staging, _):
+        with staged(out_dir, repeat) as (staging, _):
             for index in range(1, repeat + 1):
                 print(f"run {index}/{repeat}", file=sys.stderr, flush=True)
                 folder, suffix = staging / f"{RUN_PREFIX}{index}", f"-{RUN_PREFIX}{index}"

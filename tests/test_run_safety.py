@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from kernel_lib import __main__ as cli
-from kernel_lib import params, report, runner
+from kernel_lib import outdir, params, report, runner
 from kernel_lib.params import ROOT, load_plan
 
 
@@ -86,7 +86,7 @@ def test_the_repository_and_its_parents_are_refused(run, where, monkeypatch):
     def never(*args, **kwargs):  # were the check missing, nothing would be touched
         raise AssertionError("staged")
 
-    monkeypatch.setattr(runner, "_stage", never)
+    monkeypatch.setattr(outdir, "_stage", never)
     monkeypatch.chdir(ROOT)
     code, err = run(where)
     assert code == 2 and err.count("\n") == 1 and "is or contains the repository" in err
@@ -95,7 +95,7 @@ def test_the_repository_and_its_parents_are_refused(run, where, monkeypatch):
 def test_a_second_run_into_a_held_folder_is_refused(run, out):
     assert run(out)[0] == 0
     before = files(out.parent)
-    with runner._locked(out):
+    with outdir.locked(out):
         code, err = run(out)
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"error: --out {out} is being written by run pid {os.getpid()} (started")
@@ -132,7 +132,7 @@ def test_a_killed_run_is_cleaned_up_only_if_it_had_not_finished(tmp_path):
     finished, unfinished = tmp_path / ".staging-out-999999999", tmp_path / ".staging-out-999999998"
     finished.mkdir(), unfinished.mkdir()
     (finished / "run.json").write_text("{}")
-    runner._clean_after_killed_runs(out)
+    outdir.clean_after_killed_runs(out)
     (kept,) = tmp_path.glob("out.unswapped-*")
     assert (kept / "run.json").exists() and not finished.exists() and not unfinished.exists()
 

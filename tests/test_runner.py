@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from tqdm import tqdm
 
-from kernel_lib import runner
+from kernel_lib import outdir, runner
 from kernel_lib.params import load_plan
 
 
@@ -146,11 +146,11 @@ def test_a_killed_run_leaves_no_staging_behind(tmp_path):
     dead.mkdir()
     alive = tmp_path / f".staging-out-{os.getpid()}"  # a run in progress is left alone
     alive.mkdir()
-    runner._clean_after_killed_runs(out)
+    outdir.clean_after_killed_runs(out)
     assert not dead.exists() and alive.exists()
     previous = tmp_path / ".previous-out-999999999"  # killed mid-swap: the old report comes back
     previous.mkdir()
-    runner._clean_after_killed_runs(out)
+    outdir.clean_after_killed_runs(out)
     assert out.exists() and not previous.exists()
 
 
