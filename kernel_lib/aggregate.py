@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib.records import notebook_records, verdict
+from kernel_lib.records import verdict
+from kernel_lib.reportfiles import notebook_records, read_run
 
 RUN_FILE = "run.json"  # as kernel_lib.runner.RUN_FILE
 RUN_PREFIX = "run-"  # the runs of a repeated report: OUT/run-1/ ... OUT/run-N/
+RUN_COLUMNS = ["folder", "run_id", "started_utc", "finished_utc", "git"]  # run.json's `runs`
 # Worst first: the aggregate of a notebook's (or a record's) statuses over the runs.
 NOTEBOOK_SEVERITY = ("kernel died", "timed out", "failed", "ok", "skipped")
 RECORD_SEVERITY = ("wrong", "failed", "ok", "skipped")
@@ -28,7 +30,7 @@ IDENTITY = (
 def repeat_of(folder: str | Path) -> int:
     """How many runs a report folder holds: its run.json's `repeat` (1 for a single run)."""
     run = Path(folder) / RUN_FILE
-    return int(json.loads(run.read_text()).get("repeat", 1)) if run.exists() else 1
+    return read_run(run).get("repeat", 1) if run.exists() else 1
 
 
 def run_folders(folder: str | Path) -> list[Path]:
@@ -57,7 +59,7 @@ def write_aggregate_run(folder: str | Path, base: dict) -> dict:
     notebook with its worst status over the runs, the median wall time, busy-machine flags, and
     `runs`: the notebook's own row from each run's run.json."""
     folder = Path(folder)
-    runs = [(p.name, json.loads((p / RUN_FILE).read_text())) for p in run_folders(folder)]
+    runs = [(p.name, read_run(p / RUN_FILE, required=("notebooks",))) for p in run_folders(folder)]
     names = list(dict.fromkeys(nb["notebook"] for _, run in runs for nb in run["notebooks"]))
     notebooks = []
     for name in names:
@@ -226,16 +228,17 @@ def _notebook_table(run: dict, records: pd.DataFrame) -> pd.DataFrame:
             {
                 "notebook": name,
                 "status": counts([e["status"] for e in runs.values()])
-                + (f": {nb['detail']}" if nb["detail"] else "")
+                + (f": {nb['detail']}" if nb.get("detail") else "")
                 + (f" — STALE: {nb['stale_results']}" if nb.get("stale_results") else ""),
-                "wall_s": round(nb["seconds"], 1) if nb["seconds"] is not None else None,
+                "wall_s": round(nb["seconds"], 1) if nb.get("seconds") is not None else None,
                 "machine": machine_text(nb.get("machine") or {}),
                 "records": counts(list(mine["status"])) if len(mine) else "none",
                 "headlines": "; ".join(_headline_lines(mine)),
                 "reports": [(r, f"{r}/{name}") for r in runs],
             }
         )
-    return pd.DataFrame(rows)
+    columns = ["notebook", "status", "wall_s", "machine", "records", "headlines", "reports"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def spread_table(records: pd.DataFrame) -> pd.DataFrame:
@@ -269,22 +272,21 @@ def spread_table(records: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def build_aggregate_report(folder: str | Path, run: dict) -> Path:
-    """index.html, SUMMARY.md and results.csv (`aggregate_records`) of a repeated report, with
-    links into every run's notebooks and reports; return index.html."""
+def build_aggregate_report(folder: str | Path, run: dict, records: pd.DataFrame) -> Path:
+    """index.html, SUMMARY.md and results.csv of a repeated report from its run.json and
+    `aggregate_records`, with links into every run's notebooks and reports; return index.html."""
     import html
 
     from kernel_lib.gallery import platform_sections
     from kernel_lib.report import busy_flags, flag_table, page, scroll
 
     folder = Path(folder)
-    records = aggregate_records(folder)
     records.to_csv(folder / "results.csv", index=False)
     table = _notebook_table(run, records)
     flags = pd.concat([flag_table(records), busy_flags(run)], ignore_index=True)
     spread = spread_table(records)
     sections_html, sections_md = platform_sections(records, run["platform"])
-    runs = pd.DataFrame(run["runs"])
+    runs = pd.DataFrame(run.get("runs", []), columns=RUN_COLUMNS)
     n = run["repeat"]
     intro = (
         f"{n} runs of every notebook, each in a fresh kernel: "

@@ -59,7 +59,8 @@ of one side and the slow tail of the other, so it covers within-run spread and r
 headline records (records with `headline`) of both sides are shown side by side, by label.
 
 Exit codes: 0 nothing slower or lost (always 0 across devices), 1 something slower or lost, 2 bad
-input (one line: a missing folder, a folder that is not a report, no records in common, no `--`).
+input (one line: a missing folder, a folder that is not a report, a damaged run.json or results
+file, no records in common, no `--`).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ from types import SimpleNamespace
 import pandas as pd
 
 from kernel_lib import aggregate
+from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, record_id
+from kernel_lib.reportfiles import read_results, read_run
 
 ALPHA = 0.05
 MIN_RUNS = 3  # runs a side before the permutation test can confirm a verdict
@@ -98,7 +101,7 @@ VERDICT_WORDS = (
 )  # fmt: skip
 
 
-class CompareError(ValueError):
+class CompareError(ParameterError):
     """Bad input: shown as one line, exit code 2."""
 
 
@@ -152,26 +155,15 @@ def run_folders(folder: str | Path) -> list[Path]:
 
 def load_run(folder: str | Path) -> Run:
     """One run's records (from every `*.results.json`) and identity (from `run.json` where
-    present, else from the records)."""
+    present, else from the records); ParameterError naming a damaged file."""
     folder = Path(folder)
-    meta = {}
-    if (folder / "run.json").exists():
-        try:
-            meta = json.loads((folder / "run.json").read_text())
-        except json.JSONDecodeError as err:
-            raise CompareError(f"{folder / 'run.json'}: not JSON ({err})") from None
+    meta = read_run(folder / "run.json") if (folder / "run.json").exists() else {}
     stale = tuple(nb["notebook"] for nb in meta.get("notebooks", []) if nb.get("stale_results"))
     records: dict[str, dict] = {}
     for path in sorted(folder.glob(f"*{RESULTS_SUFFIX}")):
         if path.name[: -len(RESULTS_SUFFIX)] in stale:
             continue
-        try:
-            rows = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise CompareError(f"{path}: not JSON ({err})") from None
-        if not isinstance(rows, list):
-            raise CompareError(f"{path}: not a list of records")
-        for row in rows:
+        for row in read_results(path):
             records[match_key(row)] = row
     devices = Counter(r.get("device") for r in records.values() if r.get("device"))
     platforms = Counter(r.get("platform") for r in records.values() if r.get("platform"))
@@ -750,7 +742,7 @@ def cli(argv: list[str]) -> int:
     try:
         args = parse_args(argv)
         comparison = compare_folders(args.a, args.b, factor=args.factor)
-    except CompareError as err:
+    except ParameterError as err:  # a CompareError, or a damaged report file
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:

@@ -31,7 +31,9 @@ import sys
 from pathlib import Path
 
 from kernel_lib.compare import CompareError, run_folders
+from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX
+from kernel_lib.reportfiles import read_results, read_run
 
 FORMATS = ("pytorch-v3", "bmf")
 BENCHMARK_NAME = "kernel-workbook"
@@ -43,13 +45,13 @@ def timed_records(folder: str | Path) -> list[dict]:
     """The ok records with a time of one run folder, as saved."""
     rows = []
     for path in sorted(Path(folder).glob(f"*{RESULTS_SUFFIX}")):
-        rows += json.loads(path.read_text())
+        rows += read_results(path)
     return [r for r in rows if r.get("status") == "ok" and r.get("median_ms") is not None]
 
 
 def _run_meta(folder: Path) -> dict:
     path = folder / "run.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_run(path) if path.exists() else {}
 
 
 def _strings(mapping: dict) -> dict[str, str]:
@@ -228,21 +230,40 @@ def export(folder: str | Path, fmt: str):
     return [obj for run in runs for obj in to_pytorch_v3(timed_records(run), _run_meta(run))]
 
 
+def _out_path(out: str, folder: str) -> Path:
+    """--out FILE, refused (CompareError) where its folder is missing, it is a folder, or it would
+    be one of the report's own files (run.json, a results file)."""
+    path = Path(out)
+    if not path.parent.is_dir():
+        raise CompareError(f"--out {out}: no such folder {path.parent}")
+    if path.is_dir():
+        raise CompareError(f"--out {out}: is a folder")
+    own = {run.resolve() for run in run_folders(folder)}
+    if (path.name == "run.json" or path.name.endswith(RESULTS_SUFFIX)) and (
+        path.resolve().parent in own
+    ):
+        raise CompareError(f"--out {out}: would be one of the report's own files")
+    return path
+
+
 def cli(args: argparse.Namespace) -> int:
-    """The `export` command: write the export to --out or stdout; 2 on bad input."""
+    """The `export` command: write the export to --out or stdout. One line and 2 on bad input (a
+    damaged report file, --out into a missing folder), 1 when the disk fails writing --out."""
     try:
+        out = _out_path(args.out, args.dir) if args.out else None
         data = export(args.dir, args.format)
-    except (CompareError, json.JSONDecodeError) as err:
+    except ParameterError as err:  # a CompareError, or a damaged report file
         print(f"error: {err}", file=sys.stderr)
         return 2
     text = json.dumps(data, indent=1) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-        count = len(data)
-        print(
-            f"{args.format}: {count} {'records' if args.format == 'pytorch-v3' else 'benchmarks'}"
-            f" -> {args.out}"
-        )
-    else:
+    if out is None:
         sys.stdout.write(text)
+        return 0
+    try:
+        out.write_text(text)
+    except OSError as err:
+        print(f"error: --out {args.out}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    noun = "records" if args.format == "pytorch-v3" else "benchmarks"
+    print(f"{args.format}: {len(data)} {noun} -> {args.out}")
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 import textwrap
 from pathlib import Path
@@ -20,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from kernel_lib.aggregate import aggregate_records, counts, repeat_of, run_folders
-from kernel_lib.records import notebook_records
-from kernel_lib.report import build_report, page, scroll, shape_text
+from kernel_lib.report import build_report, page, read_report, scroll, shape_text
+from kernel_lib.reportfiles import notebook_records, read_run, read_table
 
 RUN_FILE = "run.json"  # as kernel_lib.runner.RUN_FILE
 GALLERY = "index.html"
@@ -48,12 +47,9 @@ def report_records(folder: str | Path) -> pd.DataFrame:
     records = notebook_records(folder)
     if not records.empty:
         return records
-    if (folder / "results.csv").exists():
-        try:
-            return pd.read_csv(folder / "results.csv", low_memory=False)
-        except pd.errors.EmptyDataError:
-            pass
-    return pd.DataFrame(columns=["notebook", "status"])
+    table = folder / "results.csv"
+    records = read_table(table) if table.exists() else pd.DataFrame()
+    return records if len(records.columns) else pd.DataFrame(columns=["notebook", "status"])
 
 
 def correctness_summary(records: pd.DataFrame) -> pd.DataFrame:
@@ -315,7 +311,7 @@ def build_gallery(outputs: str | Path) -> Path:
     folders = report_folders(outputs)
     platform_rows, headline_frames = [], []
     for folder in folders:
-        run = json.loads((folder / RUN_FILE).read_text())
+        run = read_run(folder / RUN_FILE)
         records = report_records(folder)
         platform_rows.append(_platform_row(outputs, folder, run, records))
         headline_frames.append(headline_rows(records, folder.name))
@@ -357,11 +353,13 @@ the envelope of their intervals. Rebuilt from records by <code>python -m kernel_
 
 def rebuild_reports(folders: list[str | Path] | None = None, *, outputs: str | Path) -> list[Path]:
     """Rebuild the reports of `folders` (default: every report folder under `outputs`) from their
-    records: a repeated report's runs first, then its aggregate. Returns the index.html files."""
+    records: a repeated report's runs first, then its aggregate. Every file is read, and checked,
+    before any report is written. Returns the index.html files."""
     folders = [Path(f) for f in folders] if folders else report_folders(outputs)
-    written = []
-    for folder in folders:
-        for run in run_folders(folder) if repeat_of(folder) > 1 else []:
-            written.append(build_report(run))
-        written.append(build_report(folder))
-    return written
+    targets = [
+        target
+        for folder in folders
+        for target in (*(run_folders(folder) if repeat_of(folder) > 1 else ()), folder)
+    ]
+    reports = [(target, read_report(target)) for target in targets]
+    return [build_report(target, report) for target, report in reports]

@@ -41,7 +41,7 @@ class Record:
     device: str
     backend: str
     dtype: str | None = None
-    shape: dict = field(default_factory=dict)
+    shape: dict[str, float | str | None] = field(default_factory=dict)
     mode: str | None = None  # forward, forward_backward, compiled, ... (part of record_id)
     median_ms: float | None = None
     p10_ms: float | None = None
@@ -69,9 +69,9 @@ class Record:
     check: dict | None = None  # Check.as_dict() of the output at this shape, dtype and mode
     headline: str | None = None  # the topic declared this figure a headline (its label)
     variant: str | None = None  # the candidate chosen by measurement on this machine (variants.py)
-    flags: tuple = ()  # measurement problems, e.g. a fraction_of_peak above 1
-    samples_ms: tuple = ()  # every timed call
-    round_medians_ms: tuple = ()  # per interleaving round: what ratios are paired by
+    flags: tuple[str, ...] = ()  # measurement problems, e.g. a fraction_of_peak above 1
+    samples_ms: tuple[float, ...] = ()  # every timed call
+    round_medians_ms: tuple[float, ...] = ()  # per interleaving round: what ratios are paired by
     metrics: dict = field(default_factory=dict)  # topic-specific figures (errors, tokens/s, drops)
     platform: str | None = None  # stamped when saved: parameter file name
     run_id: str | None = None
@@ -410,17 +410,6 @@ def load_records(path: str | Path) -> pd.DataFrame:
     files = sorted(path.glob(f"*{RESULTS_SUFFIX}")) if path.is_dir() else [path]
     rows = [row for f in files for row in json.loads(f.read_text())]
     return to_frame_with_verdict(rows)
-
-
-def notebook_records(folder: str | Path) -> pd.DataFrame:
-    """Every record of a report folder with a `notebook` column (from `<notebook>.results.json`);
-    empty when it holds none."""
-    frames = [
-        load_records(path).assign(notebook=path.name[: -len(RESULTS_SUFFIX)])
-        for path in sorted(Path(folder).glob(f"*{RESULTS_SUFFIX}"))
-    ]
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 SUMMARY_COLUMNS = [

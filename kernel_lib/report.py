@@ -4,12 +4,21 @@ and the runner's `run.json` (never from rendered output)."""
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib.records import RESULTS_SUFFIX, load_records, shape_key
+from kernel_lib.records import shape_key
+from kernel_lib.reportfiles import read_run
+
+# What a report shows from its run.json, beyond the notebooks' own rows (reportfiles.Run).
+RUN_KEYS = (
+    "platform", "parameters", "started_utc", "finished_utc", "git", "command", "environment",
+    "notebooks",
+)  # fmt: skip
+STATUS_COLUMNS = [
+    "notebook", "status", "wall_s", "run", "machine", "records", "headlines", "report",
+]  # fmt: skip
 
 
 def shape_text(row: pd.Series) -> str:
@@ -59,25 +68,23 @@ def headlines(records: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _status_table(run: dict, folder: Path, everything: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per notebook; its records from `everything` (with a `notebook` column), else from
-    its results file."""
+def _status_table(run: dict, everything: pd.DataFrame) -> pd.DataFrame:
+    """One row per notebook, with its records from `everything` (by its `notebook` column)."""
     rows = []
     for nb in run["notebooks"]:
         name = nb["notebook"]
-        results = folder / f"{name}{RESULTS_SUFFIX}"
-        if everything is not None and "notebook" in everything:
+        if "notebook" in everything:
             records = everything[everything["notebook"] == name]
         else:
-            records = load_records(results) if results.exists() else pd.DataFrame()
+            records = everything[:0]
         counts = records["status"].value_counts().to_dict() if not records.empty else {}
         rows.append(
             {
                 "notebook": name,
                 "status": nb["status"]
-                + (f": {nb['detail']}" if nb["detail"] else "")
+                + (f": {nb['detail']}" if nb.get("detail") else "")
                 + (f" — STALE: {nb['stale_results']}" if nb.get("stale_results") else ""),
-                "wall_s": round(nb["seconds"], 1) if nb["seconds"] is not None else None,
+                "wall_s": round(nb["seconds"], 1) if nb.get("seconds") is not None else None,
                 "run": f"{nb.get('started_utc', '?')} git {nb.get('git', '?')}",
                 "machine": machine_text(nb.get("machine") or {}),
                 "records": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none",
@@ -85,7 +92,7 @@ def _status_table(run: dict, folder: Path, everything: pd.DataFrame | None = Non
                 "report": f"{name}.html",
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=STATUS_COLUMNS)
 
 
 def machine_text(machine: dict) -> str:
@@ -197,18 +204,28 @@ shape). All records: <a href="results.csv">results.csv</a>.</p>""",
     )
 
 
-def build_report(folder: str | Path) -> Path:
-    """Write index.html, SUMMARY.md and results.csv into a report folder; return index.html."""
-    from kernel_lib.gallery import platform_sections, report_records
+def read_report(folder: str | Path) -> tuple[dict, pd.DataFrame]:
+    """A report folder's run.json and records, with a `notebook` column (a repeated report: the
+    aggregate over its runs); ParameterError for a damaged file."""
+    from kernel_lib.gallery import report_records
 
     folder = Path(folder)
-    run = json.loads((folder / "run.json").read_text())
+    return read_run(folder / "run.json", required=RUN_KEYS), report_records(folder)
+
+
+def build_report(folder: str | Path, report: tuple[dict, pd.DataFrame] | None = None) -> Path:
+    """Write index.html, SUMMARY.md and results.csv into a report folder from `report` (default:
+    its `read_report`, so that a damaged file stops it before anything is written); return
+    index.html."""
+    from kernel_lib.gallery import platform_sections
+
+    folder = Path(folder)
+    run, records = report or read_report(folder)
     if run.get("repeat", 1) > 1:  # run --repeat N: the aggregate of run-1/ ... run-N/
         from kernel_lib.aggregate import build_aggregate_report
 
-        return build_aggregate_report(folder, run)
-    records = report_records(folder)  # every notebook's records, with a `notebook` column
-    table = _status_table(run, folder, records)
+        return build_aggregate_report(folder, run, records)
+    table = _status_table(run, records)
     records.to_csv(folder / "results.csv", index=False)
     flags = pd.concat([flag_table(records), busy_flags(run)], ignore_index=True)
     sections_html, sections_md = platform_sections(records, run["platform"])

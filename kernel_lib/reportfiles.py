@@ -1,0 +1,250 @@
+"""A report folder's saved files read back (run.json and `<notebook>.results.json`), checked for
+what report, compare and export read from them: a damaged file is a ParameterError of one line
+naming the file and the field (the CLI's exit 2), never a traceback from deep inside a reader."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+import math
+import reprlib
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import TypedDict
+
+import pandas as pd
+
+from kernel_lib.records import RESULTS_SUFFIX, STATUSES, Record, to_dicts, to_frame_with_verdict
+
+# A saved record has every field of Record, typed as annotated there, but for the run_id that the
+# readers only show as saved. A field without a default must be there, and so must the record_id
+# that save_records stamps: records are matched by it.
+RECORD_TYPES = {k: v for k, v in typing.get_type_hints(Record).items() if k != "run_id"}
+_NO_DEFAULT = {
+    f.name: ""
+    for f in dataclasses.fields(Record)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+}
+RECORD_REQUIRED = frozenset({*_NO_DEFAULT, "record_id"})
+# A record as save_records writes it (JSON-ready: lists, not tuples), every field at its default:
+# what a missing field reads as, in Record's order (a required field is never missing).
+RECORD_DEFAULTS = to_dicts([Record(**_NO_DEFAULT)])[0]
+
+
+# run.json as the runner writes it (runner.run_plan; aggregate.write_aggregate_run for --repeat N),
+# less the run ids, which are only shown as saved
+class Machine(TypedDict, total=False):
+    cores: int | None
+    load_start: list[float] | None  # 1-, 5- and 15-min load
+    load_end: list[float] | None
+    steal_fraction: float | None
+    busy: str
+
+
+class _NotebookKeys(TypedDict):
+    notebook: str
+    status: str
+
+
+class NotebookRow(_NotebookKeys, total=False):  # runner.NotebookResult
+    detail: str
+    seconds: float | None
+    git: str
+    started_utc: str
+    stale_results: str
+    machine: Machine | None
+
+
+class Notebook(NotebookRow, total=False):
+    runs: dict[str, NotebookRow]  # a repeated report: the notebook's row in each run's run.json
+
+
+class Environment(TypedDict, total=False):  # platform.DeviceFacts.as_dict, plus versions
+    backend: str | None
+    device: str | None
+    name: str | None
+    arch: str | None
+    memory_GiB: float | None
+    compute_units: str | None
+
+
+class RunEntry(TypedDict):  # and its run_id, times and git, shown as they are
+    folder: str
+
+
+class Run(TypedDict, total=False):
+    platform: str
+    parameters: str
+    description: str
+    started_utc: str
+    finished_utc: str
+    git: str
+    command: str
+    environment: Environment
+    notebooks: list[Notebook]
+    repeat: int
+    runs: list[RunEntry]
+
+
+def _error(path: Path, what: str) -> ValueError:
+    # params imports papermill (about a second): paid on bad input only, not by every notebook that
+    # plots (plots -> report -> here)
+    from kernel_lib.params import ParameterError
+
+    return ParameterError(f"{path}: {what}")
+
+
+def _int(text: str) -> int:
+    # the readers compute in floats; long text is refused before int() sees it (past 4300 digits
+    # Python refuses it with a message about its own setting)
+    if len(text) > 400 or abs(int(text)) > sys.float_info.max:
+        raise ValueError(f"{text[:12]}...: a number beyond the float range")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:12]}: a number beyond the float range")
+    return value
+
+
+def _constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _read_json(path: str | Path):
+    """The JSON value in `path`: UTF-8, numbers finite (what the writers save); ParameterError
+    naming the file otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+        return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except OSError as err:
+        raise _error(path, err.strerror or str(err)) from None
+    except UnicodeDecodeError as err:
+        raise _error(path, f"not UTF-8 text (byte {err.start})") from None
+    except RecursionError:
+        raise _error(path, "not JSON (nested too deeply)") from None
+    except ValueError as err:  # json.JSONDecodeError, or a number refused above
+        raise _error(path, f"not JSON ({err})") from None
+
+
+def _kind(value) -> str:
+    if isinstance(value, (list, dict)):
+        return "a list" if isinstance(value, list) else "an object"
+    if value is None:
+        return "null"
+    return reprlib.repr(value)
+
+
+@functools.cache
+def _fields(hint) -> tuple[dict, frozenset]:
+    """(field -> type, required fields) of an object type: a TypedDict or Record."""
+    if hint is Record:
+        return RECORD_TYPES, RECORD_REQUIRED
+    return typing.get_type_hints(hint), hint.__required_keys__
+
+
+def _member(where: str, key: str) -> str:
+    """`where.key`, or `where['key']` for a key that is not a name (a newline would break the line)."""
+    if key.isidentifier():
+        return f"{where}.{key}" if where else key
+    return f"{where}[{key!r}]"
+
+
+TYPE_NAMES = {str: "a string", float: "a number", int: "an integer", dict: "an object"}
+
+
+def _problem(value, hint, where: str = "") -> str | None:
+    """What is wrong with the JSON `value` at `where` for type `hint`, or None. Types: str, int,
+    float (any number), dict, X | None, list[X] or tuple[X, ...] (a list), dict[str, X], and
+    objects (a TypedDict or Record): their fields where present, and the required ones."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    at = f"{where} " if where else ""
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        if value is None and len(options) < len(args):
+            return None
+        if len(options) == 1:
+            return _problem(value, options[0], where)
+        if any(_problem(value, a) is None for a in options):  # scalars: str | float
+            return None
+        return f"{at}must be {' or '.join(TYPE_NAMES[a] for a in options)}, not {_kind(value)}"
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            return f"{at}must be a list, not {_kind(value)}"
+        items = ((f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
+    elif origin is dict or hint is Record or typing.is_typeddict(hint):
+        if not isinstance(value, dict):
+            return f"{at}must be an object, not {_kind(value)}"
+        fields, required = (
+            ({key: args[1] for key in value}, ()) if origin is dict else _fields(hint)
+        )
+        missing = min((key for key in required if value.get(key) is None), default=None)
+        if missing:
+            return f"{at}has no {missing}"
+        items = ((_member(where, k), value[k], h) for k, h in fields.items() if k in value)
+    else:
+        fits = isinstance(value, (int, float) if hint is float else hint)
+        if fits and not isinstance(value, bool):
+            return None
+        return f"{at}must be {TYPE_NAMES[hint]}, not {_kind(value)}"
+    return next((p for w, v, h in items if (p := _problem(v, h, w))), None)
+
+
+def read_run(path: str | Path, *, required: tuple[str, ...] = ()) -> dict:
+    """A run.json, checked (`Run`), with the keys in `required` present; ParameterError naming
+    the file and field otherwise."""
+    run = _read_json(path)
+    bad = _problem(run, Run) or next(
+        (f"has no {key}" for key in required if run.get(key) is None), None
+    )
+    if bad:
+        raise _error(Path(path), bad)
+    return run
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """A `<notebook>.results.json` file's records as saved, checked against Record (a missing
+    field takes its default); ParameterError naming the file, the record and the field otherwise."""
+    rows = _read_json(path)
+    bad = _problem(rows, list[Record]) or next(
+        (
+            f"[{i}].status must be one of {', '.join(STATUSES)}, not {_kind(row['status'])}"
+            for i, row in enumerate(rows)
+            if row.get("status", "ok") not in STATUSES
+        ),
+        None,
+    )
+    if bad:
+        raise _error(Path(path), bad)
+    return [{**copy.deepcopy(RECORD_DEFAULTS), **row} for row in rows]
+
+
+def notebook_records(folder: str | Path) -> pd.DataFrame:
+    """Every record of a report folder with a `notebook` column (from `<notebook>.results.json`)
+    and a `verdict` column; empty when it holds none."""
+    frames = [
+        to_frame_with_verdict(read_results(path)).assign(
+            notebook=path.name[: -len(RESULTS_SUFFIX)]
+        )
+        for path in sorted(Path(folder).glob(f"*{RESULTS_SUFFIX}"))
+    ]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A results.csv (a report that keeps no JSON files: outputs/reference) with its columns as
+    saved, none for an empty file; ParameterError naming it where it is not a CSV table."""
+    try:
+        return pd.read_csv(path, low_memory=False)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as err:
+        raise _error(Path(path), f"not a CSV table ({err})") from None
