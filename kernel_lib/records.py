@@ -73,6 +73,7 @@ class Record:
     samples_ms: tuple[float, ...] = ()  # every timed call
     round_medians_ms: tuple[float, ...] = ()  # per interleaving round: what ratios are paired by
     metrics: dict = field(default_factory=dict)  # topic-specific figures (errors, tokens/s, drops)
+    allocator: str | None = None  # the host malloc in effect (CPU: kernel_lib.allocator.in_effect)
     platform: str | None = None  # stamped when saved: parameter file name
     run_id: str | None = None
     record_id: str | None = None
@@ -102,7 +103,11 @@ def verdict(ratio: float | None, low: float | None, high: float | None) -> str |
 
 
 def _context(facts: DeviceFacts) -> dict:
-    return {"device": facts.name, "backend": facts.backend}
+    return {
+        "device": facts.name,
+        "backend": facts.backend,
+        "allocator": facts.versions.get("allocator"),
+    }
 
 
 def measured(

@@ -180,3 +180,13 @@ def test_save_and_load_round_trip(tmp_path, cpu_facts):
 def test_summary_table_drops_empty_columns(cpu_facts):
     table = summary_table([measured("t", "c", "i", timing(1.0), facts=cpu_facts)])
     assert "tflops" not in table and "median_ms" in table
+
+
+def test_a_record_says_which_allocator_it_was_measured_under(cpu_facts, monkeypatch):
+    from kernel_lib import allocator
+    from kernel_lib.platform import device_facts
+
+    monkeypatch.setenv(allocator.ENV, "system_kept")
+    record = measured("t", "c", "x", timing(1.0), facts=device_facts())
+    assert record.allocator.startswith("system_kept (MALLOC_MMAP_THRESHOLD_=")
+    assert measured("t", "c", "x", timing(1.0), facts=cpu_facts).allocator is None
