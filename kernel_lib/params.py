@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import papermill
 import yaml
 
 from kernel_lib.allocator import ALLOCATORS
@@ -82,6 +81,8 @@ def list_notebooks(directory: Path | None = None) -> list[str]:
 
 @cache
 def _inspect(path: Path, mtime: float) -> dict:
+    import papermill  # here, not at the top: bench-only hosts run without the Jupyter stack
+
     return papermill.inspect_notebook(str(path))
 
 

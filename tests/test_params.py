@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 from kernel_lib import params
@@ -109,3 +112,12 @@ def test_bad_override_and_only(dirs):
 def test_every_shipped_platform_file_is_valid():
     for name in params.list_platforms():
         assert load_plan(name).notebooks, name
+
+
+def test_params_and_variants_import_without_papermill():
+    # `python -m kernel_lib bench` hosts need no Jupyter stack: papermill loads only to read a notebook
+    code = (
+        "import sys, kernel_lib.params, kernel_lib.variants; "
+        "assert 'papermill' not in sys.modules, 'papermill imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

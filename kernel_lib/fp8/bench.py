@@ -16,7 +16,7 @@ from tqdm import tqdm
 from kernel_lib import records as rec
 from kernel_lib.checks import Check, against, exact
 from kernel_lib.fp8 import bench_blocks
-from kernel_lib.fp8.bench_blocks import declare
+from kernel_lib.fp8.bench_blocks import declare, with_datasheets
 from kernel_lib.fp8.checks import TOLERANCES, out_tolerance
 from kernel_lib.fp8.comparators import comparator_candidates
 from kernel_lib.fp8.config import Fp8BenchConfig
@@ -296,7 +296,9 @@ def linear_speed(
     `compare`: bf16 `F.linear` (baseline, against fp64), per recipe the three FP8 paths of
     `_fp8_candidates`, and the comparators. Where FP8 GEMMs are emulated or unsupported the FP8
     records are `skipped` (emulated: checked at a small shape first, `wrong` if that failed).
-    Headline: fp8_linear of the first recipe against bf16 at the largest n."""
+    Timed records carry fraction_of_datasheet where the device has a datasheet figure for their
+    dtype (`bench_blocks.with_datasheets`). Headline: fp8_linear of the first recipe against
+    bf16 at the largest n."""
     reason = _emulated_reason(facts)
     untimed = _checked_untimed(config, facts, reason) if reason else {}
     records = []
@@ -353,7 +355,8 @@ def linear_speed(
         )
     headline = f"fp8_linear_{config.recipes[0]}"
     n = max(config.gemm_sizes)
-    return declare(records, headline, {"N": n}, f"FP8 linear ({headline}) vs bf16 linear, n={n}")
+    label = f"FP8 linear ({headline}) vs bf16 linear, n={n}"
+    return declare(with_datasheets(records, facts), headline, {"N": n}, label)
 
 
 def section_fields(config: Fp8BenchConfig, case: str) -> list[tuple[str, dict]]:

@@ -1,8 +1,9 @@
 """Records of the block-scaled and grouped FP8 sections: per-recipe quantisation error, the
 block-scaled GEMM and grouped GEMM checks (each row a record carrying its check), and their
 speed against bf16 where FP8 matrix units run them. Called by `bench.suite` and the notebook.
-The speed sections declare their headline (FP8 vs bf16); the error and check tables carry no
-subject-vs-baseline figure, so they declare none."""
+The speed sections declare their headline (FP8 vs bf16) and carry fraction_of_datasheet where the
+device's datasheet has the figure; the error and check tables carry no subject-vs-baseline figure,
+so they declare none."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from kernel_lib.fp8.linear import fp8_matmul_support
 from kernel_lib.fp8.numerics import KINDS, recipe_error_table, sample_tensor
 from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
 from kernel_lib.measure import Candidate, Case, compare
-from kernel_lib.platform import DeviceFacts
+from kernel_lib.platform import DeviceFacts, datasheet_for
 
 TOPIC = "fp8"
 
@@ -116,15 +117,17 @@ CHECK_SHAPES = {  # the shape columns of each check table
 def check_records(
     table: pd.DataFrame, facts: DeviceFacts, config: Fp8BenchConfig, *, case: str
 ) -> list[rec.Record]:
-    """One record per row of a check table: `skipped` with its reason, `wrong` where it failed,
-    else untimed with its check (error against the fp64 FP8 reference) carried."""
+    """One record per row of a check table: `skipped` or `failed` (it raised) with its reason,
+    `wrong` where its check failed, else untimed with its check (error against the fp64 FP8
+    reference) carried."""
     dtype = f"float8_{config.linear_format}"
     out = []
     for row in table.to_dict("records"):
         name = "_".join(str(row[c]) for c in ("implementation", "recipe") if c in row)
         known = {"dtype": dtype, "shape": {c: row[c] for c in CHECK_SHAPES[case]}}
-        if row["check"] == "skipped":
-            out.append(rec.skipped(TOPIC, case, name, row["reason"], facts=facts, **known))
+        if row["check"] in ("skipped", "failed"):
+            make = rec.skipped if row["check"] == "skipped" else rec.failed
+            out.append(make(TOPIC, case, name, row["reason"], facts=facts, **known))
             continue
         passed = row["check"] == "PASS"
         check = Check(
@@ -159,6 +162,23 @@ def declare(
         )
 
     return [rec.as_headline(r, label) if match(r) else r for r in records]
+
+
+def with_datasheets(records: list[rec.Record], facts: DeviceFacts) -> list[rec.Record]:
+    """`records` with fraction_of_datasheet: TFLOP/s over the device's dense datasheet peak for
+    their dtype (FP8 for float8*, bf16 for bfloat16), where `platform.DATASHEETS` lists one
+    (none for a CPU). Untimed records and other dtypes stay as they are."""
+    sheet = datasheet_for(facts.name)
+    if sheet is None:
+        return records
+    peaks = {"FP8": sheet.fp8_tflops, "bf16": sheet.bf16_tflops}
+    out = []
+    for r in records:
+        dtype = r.dtype or ""
+        kind = "FP8" if dtype.startswith("float8") else "bf16" if dtype == "bfloat16" else None
+        basis = f"datasheet: {sheet.source}, {kind} {peaks.get(kind)} TFLOP/s"
+        out.append(rec.with_datasheet(r, peaks.get(kind), basis=basis))
+    return out
 
 
 def _emulated(facts: DeviceFacts) -> str | None:
@@ -219,7 +239,10 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
             candidates.append(
                 Candidate(
                     f"block_linear_{recipe}",
-                    lambda x=x, w=w, r=recipe: block_linear(x, w, recipe=r, fmt=fmt),
+                    # nonfinite="nan": no host sync in the timed call; the check sees any NaN
+                    lambda x=x, w=w, r=recipe: block_linear(
+                        x, w, recipe=r, fmt=fmt, nonfinite="nan"
+                    ),
                     dtype=f"float8_{fmt}",
                     flops=flops,
                     check=against(reference, reference=label, tolerance=native_tol),
@@ -243,6 +266,7 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
         records += compare(
             case, candidates, facts=facts, baseline="bf16_linear", min_time_s=config.min_time_s
         )
+    records = with_datasheets(records, facts)
     headline, n = f"block_linear_{config.block_recipes[0]}", max(config.block_sizes)
     return declare(
         records, headline, {"N": n}, f"block-scaled FP8 linear ({headline}) vs bf16 linear, n={n}"
@@ -306,6 +330,7 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     records = compare(
         case, candidates, facts=facts, baseline="bf16_grouped_mm", min_time_s=config.min_time_s
     )
+    records = with_datasheets(records, facts)
     label = f"FP8 grouped GEMM (scaled_grouped_mm) vs bf16 torch._grouped_mm, {e} experts"
     return declare(records, "scaled_grouped_mm", {}, label)
 

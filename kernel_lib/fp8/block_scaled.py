@@ -51,11 +51,20 @@ def check_block_dims(k: int, recipe: str) -> str | None:
 
 
 def quantize_operands(
-    x: torch.Tensor, weight: torch.Tensor, *, recipe: str, fmt: Fp8Format | str = "e4m3fn"
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    recipe: str,
+    fmt: Fp8Format | str = "e4m3fn",
+    nonfinite: str = "raise",
 ) -> tuple[Fp8Tensor, Fp8Tensor]:
-    """x (M, K) and weight (N, K) quantised dynamically by `recipe` (see BLOCK_RECIPES)."""
+    """x (M, K) and weight (N, K) quantised dynamically by `recipe` (see BLOCK_RECIPES);
+    `nonfinite` as in `quantize` ('raise' costs a host sync)."""
     gran_x, gran_w = recipe_granularities(recipe)
-    return quantize(x, fmt=fmt, granularity=gran_x), quantize(weight, fmt=fmt, granularity=gran_w)
+    return (
+        quantize(x, fmt=fmt, granularity=gran_x, nonfinite=nonfinite),
+        quantize(weight, fmt=fmt, granularity=gran_w, nonfinite=nonfinite),
+    )
 
 
 def _recipe_of(a: Fp8Tensor, b: Fp8Tensor) -> str:
@@ -172,8 +181,11 @@ def block_linear(
     recipe: str,
     fmt: Fp8Format | str = "e4m3fn",
     out_dtype: torch.dtype = torch.bfloat16,
+    nonfinite: str = "raise",
 ) -> torch.Tensor:
     """Forward of x (M, K) @ weight (N, K).T with both quantised per call by `recipe`, through
-    `block_scaled_mm` (inference: no backward). Errors as block_scaled_mm."""
-    qx, qw = quantize_operands(x, weight, recipe=recipe, fmt=fmt)
+    `block_scaled_mm` (inference: no backward). nonfinite='raise' raises ValueError on NaN/inf
+    (a host sync per call); 'nan' passes them through as NaN, with no sync. Other errors as
+    block_scaled_mm."""
+    qx, qw = quantize_operands(x, weight, recipe=recipe, fmt=fmt, nonfinite=nonfinite)
     return block_scaled_mm(qx, qw, out_dtype=out_dtype)

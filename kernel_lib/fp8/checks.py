@@ -18,6 +18,7 @@ from kernel_lib.fp8.grouped import looped_scaled_mm, quantize_experts, scaled_gr
 from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, scaled_mm, scaled_mm_unsupported
 from kernel_lib.fp8.quantize import quantize
 from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
+from kernel_lib.measure import error_line
 
 # relative_error = max |out - ref| / max |ref|. Against the fp64 product of the reference's own FP8
 # operands only accumulation and output rounding remain, so a wrong format (e5m2 for e4m3: 8-13 %
@@ -207,11 +208,15 @@ BLOCK_PATHS = {  # implementation -> (the call on quantised operands, its output
 
 
 def _errors_row(run, reference, full, tolerances) -> dict:
-    """{vs_fp8_reference, vs_fp64, check} of `run()`, or a 'skipped' row with the reason."""
+    """{vs_fp8_reference, vs_fp64, check} of `run()`; a 'skipped' row with the reason where it
+    cannot run here, a 'failed' row with the error's last line where it raised anything else
+    (that row only: the table goes on)."""
     try:
         out = run()
     except Unsupported as why:
         return {"check": "skipped", "reason": str(why)}
+    except Exception as err:  # noqa: BLE001 - one failing kernel costs only its own row
+        return {"check": "failed", "reason": error_line(err)}
     abs_ref, e_ref = errors(out, reference)
     e_full = relative_error(out, full)
     ok = e_ref <= tolerances[0].value and e_full <= tolerances[1].value
@@ -235,7 +240,8 @@ def block_gemm_check(
     """Per (M, K, N, recipe, implementation): relative error of `block_scaled_mm` (bf16 out) and
     its split-K twin (fp32 out) against the fp64 FP8 reference with the recipe's block scales
     and against fp64 of the unquantised inputs; 'skipped' with the reason where a path cannot
-    run (a device without FP8 matrix units, or one that refuses the scale layout)."""
+    run (a device without FP8 matrix units, or one that refuses the scale layout), 'failed'
+    with the error where it raised anything else."""
     if reason := scaled_mm_unsupported(device):
         cases = [
             {"M": m, "K": k, "N": n, "recipe": recipe, "implementation": name}
@@ -284,7 +290,7 @@ def grouped_gemm_check(
     """Per implementation: relative error of the rowwise FP8 grouped GEMM (bf16 out) of
     x (sum(counts), dim) by expert weights (E, ffn, dim) against the fp64 FP8 reference loop
     over experts and fp64 of the unquantised inputs; 'skipped' with the reason where a path
-    cannot run."""
+    cannot run, 'failed' with the error where it raised anything else (e.g. at this shape)."""
     if reason := scaled_mm_unsupported(device):
         case = {"tokens": sum(counts), "experts": len(counts)}
         return _skipped_cases([case | {"implementation": n} for n in GROUPED_PATHS], reason)

@@ -110,8 +110,8 @@ def scaled_mm_unsupported(device: torch.device | str) -> str | None:
     device = torch.device(device)
     if fp8_matmul_support(device) != "unsupported":
         return None
-    if device.type == "cpu":
-        return f"unsupported: torch._scaled_mm raised on this CPU ({cpu_scaled_mm_error()})"
+    if device.type == "cpu" and (error := cpu_scaled_mm_error()):
+        return f"unsupported: torch._scaled_mm raised on this CPU ({error})"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     return f"unsupported: torch._scaled_mm needs FP8 matrix units, which {name} lacks"
 

@@ -1,12 +1,16 @@
-"""Triton kernels fusing amax, scale and FP8 cast: one kernel per row (rowwise), or a partial-amax
-kernel then a scale-and-cast kernel (tensorwise, whose scale needs the whole tensor first).
+"""Triton kernels fusing amax, scale and FP8 cast: one kernel per row (rowwise), or three passes
+(tensorwise, whose scale needs the whole tensor first): a partial amax per block into its own slot,
+their max, then scale and cast. No program writes to an address another one writes (one-address
+atomics serialise across the GPU).
 
 Semantics match `quantize(..., nonfinite="nan")`: amax over finite values, non-finite values stored
 as NaN, finite values clamped to +-fp8_max. GPU kernels; on CPU they run under TRITON_INTERPRET=1
-(fp32/fp16 inputs: the interpreter has no bf16) for tests only.
+(fp32/fp16/bf16 inputs) for tests only.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -51,11 +55,13 @@ def _fp8_code(
 
 @triton.jit
 def _partial_amax_kernel(x_ptr, amax_ptr, bad_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    """Block b's amax over finite values into amax_ptr[b], its NaN/inf count into bad_ptr[b]."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
     finite = tl.abs(x) < float("inf")  # False for inf and NaN
-    tl.atomic_max(amax_ptr, tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0))
-    tl.atomic_add(bad_ptr, tl.sum((~finite & (offs < n)).to(tl.int32), axis=0))
+    tl.store(amax_ptr + pid, tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0))
+    tl.store(bad_ptr + pid, tl.sum((~finite & (offs < n)).to(tl.int32), axis=0))
 
 
 @triton.jit
@@ -100,7 +106,8 @@ def fused_quantize_rowwise_kernel(
     NAN_CODE: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """One program per row: amax over the row, then scale and cast (the row re-read from cache)."""
+    """One program per row: amax over the row, then scale and cast (the row re-read from cache);
+    the row's NaN/inf count into bad_ptr[row]."""
     row = tl.program_id(0).to(tl.int64) * k
     running = tl.zeros((BLOCK,), dtype=tl.float32)
     bad = tl.zeros((BLOCK,), dtype=tl.int32)
@@ -114,12 +121,28 @@ def fused_quantize_rowwise_kernel(
     scale = tl.math.div_rn(fmax, tl.maximum(row_amax, eps) * margin_mul)  # correctly rounded
     tl.store(amax_ptr + tl.program_id(0), row_amax)
     tl.store(scale_ptr + tl.program_id(0), scale)
-    tl.atomic_add(bad_ptr, tl.sum(bad, axis=0))
+    tl.store(bad_ptr + tl.program_id(0), tl.sum(bad, axis=0))
     for start in range(0, k, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row + offs, mask=offs < k, other=0.0).to(tl.float32)
         code = _fp8_code(x, scale, fmax, smallest_normal, q_ptr.dtype.element_ty, MBITS, NAN_CODE)
         tl.store(bits_ptr + row + offs, code, mask=offs < k)
+
+
+@functools.cache
+def _nan_code(dtype: torch.dtype) -> int:
+    """The bit pattern torch gives NaN in `dtype` (built once: no tensor op per call)."""
+    return torch.tensor(float("nan")).to(dtype).view(torch.uint8).item()
+
+
+def partial_amax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tensorwise first pass: per BLOCK_SIZE block of flat x, (amax over finite values fp32,
+    NaN/inf count int32), one slot per block. x: contiguous, non-empty."""
+    blocks = triton.cdiv(x.numel(), BLOCK_SIZE)
+    amax = torch.empty(blocks, dtype=torch.float32, device=x.device)
+    bad = torch.empty(blocks, dtype=torch.int32, device=x.device)
+    _partial_amax_kernel[(blocks,)](x, amax, bad, x.numel(), BLOCK=BLOCK_SIZE)
+    return amax, bad
 
 
 def fused_quantize(
@@ -130,9 +153,9 @@ def fused_quantize(
     margin: float = 0.0,
     check_nonfinite: bool = False,
 ) -> Fp8Tensor:
-    """Dynamic `quantize` in Triton. x: (..., K) contiguous fp32/fp16/bf16 (bf16 not under the
-    interpreter). check_nonfinite=True raises ValueError naming the NaN/inf count (a host sync);
-    otherwise they come back as NaN, as with quantize(..., nonfinite="nan")."""
+    """Dynamic `quantize` in Triton. x: (..., K) contiguous fp32/fp16/bf16, scaled in fp32.
+    check_nonfinite=True raises ValueError naming the NaN/inf count (a host sync); otherwise
+    they come back as NaN, as with quantize(..., nonfinite="nan")."""
     fmt = fp8_format(fmt)
     gran = Granularity(granularity) if granularity in ("tensorwise", "rowwise") else None
     if gran is None:
@@ -146,16 +169,15 @@ def fused_quantize(
     x = x.contiguous()
     info = format_info(fmt)
     q = torch.empty(x.shape, dtype=info.dtype, device=x.device)
-    bad = torch.zeros((), dtype=torch.int32, device=x.device)
+    bad = torch.zeros(1, dtype=torch.int32, device=x.device)  # NaN/inf count per program
     n, mul = x.numel(), 2.0**margin
-    nan_code = torch.tensor(float("nan")).to(info.dtype).view(torch.uint8).item()
+    cast = {"MBITS": info.mantissa_bits, "NAN_CODE": _nan_code(info.dtype)}
     if gran is Granularity.TENSORWISE:
-        group_amax = torch.zeros((), dtype=torch.float32, device=x.device)
         scale = torch.empty((), dtype=torch.float32, device=x.device)
-        grid = (triton.cdiv(n, BLOCK_SIZE),)
         if n:
-            _partial_amax_kernel[grid](x, group_amax, bad, n, BLOCK=BLOCK_SIZE)
-            _scale_cast_kernel[grid](
+            partial, bad = partial_amax(x)
+            group_amax = partial.amax()  # max is exact in any order: bit-exact with `quantize`
+            _scale_cast_kernel[(partial.numel(),)](
                 x,
                 group_amax,
                 q,
@@ -166,11 +188,11 @@ def fused_quantize(
                 info.smallest_normal,
                 mul,
                 AMAX_EPS,
-                MBITS=info.mantissa_bits,
-                NAN_CODE=nan_code,
+                **cast,
                 BLOCK=BLOCK_SIZE,
             )
         else:
+            group_amax = torch.zeros((), dtype=torch.float32, device=x.device)
             scale.fill_(info.max / AMAX_EPS)
     else:
         k = x.shape[-1]
@@ -178,6 +200,7 @@ def fused_quantize(
         group_amax = torch.zeros((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
         scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
         if rows:
+            bad = torch.empty(rows, dtype=torch.int32, device=x.device)
             fused_quantize_rowwise_kernel[(rows,)](
                 x,
                 q,
@@ -190,10 +213,9 @@ def fused_quantize(
                 info.smallest_normal,
                 mul,
                 AMAX_EPS,
-                MBITS=info.mantissa_bits,
-                NAN_CODE=nan_code,
+                **cast,
                 BLOCK=min(ROW_BLOCK, triton.next_power_of_2(k)),
             )
-    if check_nonfinite and int(bad) > 0:
-        raise ValueError(f"x has {int(bad)} NaN/inf of {n} values; an FP8 cast would hide them")
+    if check_nonfinite and (count := int(bad.sum())) > 0:
+        raise ValueError(f"x has {count} NaN/inf of {n} values; an FP8 cast would hide them")
     return Fp8Tensor(q, scale, group_amax, fmt, gran)

@@ -45,3 +45,27 @@ def refused_scaled_mm(monkeypatch):
         "block_scaled_mm_unsupported",
         block_scaled.block_scaled_mm_unsupported.__wrapped__,
     )
+
+
+@pytest.fixture
+def grouped_kernel_up_to_two_groups(monkeypatch):
+    """A device whose `torch._scaled_grouped_mm` passes the 2-group probe and computes 2 groups
+    right, but raises at more (as a kernel might at 128 experts): the probe runs again."""
+    from kernel_lib.fp8 import grouped
+
+    def fake(a, b, scale_a, scale_b, *, offs, out_dtype):
+        if offs.numel() > 2:
+            raise RuntimeError(f"grouped GEMM with {offs.numel()} groups is not supported")
+        starts = [0, *offs.tolist()[:-1]]
+        rows = [
+            (a[s:e].float() * scale_a[s:e, None]) @ (b[g].float() * scale_b[g])
+            for g, (s, e) in enumerate(zip(starts, offs.tolist()))
+        ]
+        return torch.cat(rows).to(out_dtype)
+
+    monkeypatch.setattr(torch, "_scaled_grouped_mm", fake)
+    monkeypatch.setattr(
+        grouped,
+        "scaled_grouped_mm_unsupported",
+        grouped.scaled_grouped_mm_unsupported.__wrapped__,
+    )

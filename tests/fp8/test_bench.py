@@ -16,7 +16,7 @@ from kernel_lib import records as rec  # noqa: E402
 from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_c, quantize_compiled  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
-from kernel_lib.platform import device_facts  # noqa: E402
+from kernel_lib.platform import Datasheet, device_facts  # noqa: E402
 from kernel_lib.records import to_frame  # noqa: E402
 
 TINY = dict(
@@ -361,3 +361,56 @@ def test_recipe_error_plot_draws_the_records_and_names_what_they_measured(frame)
     assert axes[0].figure.get_suptitle() == (
         "Quantisation error per scaling recipe, same tensors\nfloat8_e4m3fn cols=128,rows=128"
     )
+
+
+def test_a_check_row_that_raised_is_a_failed_record():
+    table = pd.DataFrame([{
+        "tokens": 36, "experts": 4, "implementation": "scaled_grouped_mm", "check": "failed",
+        "reason": "RuntimeError: grouped GEMM with 4 groups is not supported",
+    }])  # fmt: skip
+    (record,) = bench_blocks.check_records(
+        table, device_facts(), CONFIG, case="grouped_gemm_check"
+    )
+    assert (record.status, record.reason) == ("failed", table["reason"][0])
+
+
+def test_a_grouped_kernel_failing_at_the_real_case_fails_only_its_record(
+    grouped_kernel_up_to_two_groups,
+):
+    # the probe (2 groups) passes; the real case (4 experts, one empty) raises in compare
+    records = bench_blocks.grouped_gemm_speed(CONFIG, device_facts())
+    got = {r.implementation: r for r in records}
+    assert got["scaled_grouped_mm"].status == "failed"
+    assert got["scaled_grouped_mm"].reason.endswith("with 4 groups is not supported")
+    assert got["bf16_grouped_mm"].status == "ok" and got["looped_scaled_mm"].status == "skipped"
+
+
+def test_timed_block_linear_calls_never_sync_on_nonfinite_checks(monkeypatch):
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("nonfinite", "raise"))
+        return real(*args, **kwargs)
+
+    real = bench_blocks.block_linear
+    monkeypatch.setattr(bench_blocks, "block_linear", spy)
+    bench_blocks.block_linear_speed(CONFIG, device_facts())
+    assert calls and set(calls) == {"nan"}  # "raise" costs a host sync per call
+
+
+def test_gemm_records_carry_the_datasheet_fraction_of_their_dtype(monkeypatch):
+    sheet = Datasheet("Fake", 2.0, 4.0, None, None, None, "fake datasheet")
+    monkeypatch.setattr(bench_blocks, "datasheet_for", lambda name: sheet)
+    records = bench.linear_speed(CONFIG, device_facts())
+    base = {r.implementation: r for r in records}["bf16_linear"]
+    assert base.fraction_of_datasheet == base.tflops / 2.0
+    assert base.datasheet_basis == "datasheet: fake datasheet, bf16 2.0 TFLOP/s"
+    assert all(r.fraction_of_datasheet is None for r in records if r.tflops is None)
+    fp8 = dataclasses.replace(base, dtype="float8_e4m3fn", fraction_of_datasheet=None)
+    (got,) = bench_blocks.with_datasheets([fp8], device_facts())
+    assert got.fraction_of_datasheet == base.tflops / 4.0
+    assert got.datasheet_basis == "datasheet: fake datasheet, FP8 4.0 TFLOP/s"
+
+
+def test_no_datasheet_fraction_where_the_device_has_no_datasheet(frame):
+    assert frame["fraction_of_datasheet"].isna().all()

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_lib.checks import Unsupported, relative_error
-from kernel_lib.fp8 import block_scaled, scaling
+from kernel_lib.fp8 import block_scaled, checks, scaling
 from kernel_lib.fp8.block_scaled import (
     block_scaled_mm,
     blocked_scales,
@@ -126,3 +126,25 @@ def test_a_wrong_block_size_fails_the_check(monkeypatch, recipe, width):
     monkeypatch.setitem(scaling.BLOCK_SHAPES, gran, (1, width))
     table = block_gemm_check([(21, 256, 32)], recipes=[recipe])
     assert (table[table["implementation"] == "split_k_scaled_mm"]["check"] == "FAIL").all()
+
+
+def test_a_path_that_raises_costs_only_its_own_row(monkeypatch):
+    def broken(a, b, *, out_dtype):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED\nsecond line")
+
+    monkeypatch.setitem(checks.BLOCK_PATHS, "split_k_scaled_mm", (broken, torch.float32))
+    table = block_gemm_check([(37, 256, 144)], recipes=RECIPES)
+    split = table[table["implementation"] == "split_k_scaled_mm"]
+    assert (split["check"] == "failed").all(), table.to_string()
+    assert (split["reason"] == "RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED").all()
+    assert (table[table["implementation"] == "block_scaled_mm"]["check"] == "skipped").all()
+
+
+def test_block_linear_raises_on_nan_by_default_and_passes_it_through_without_a_sync(monkeypatch):
+    monkeypatch.setattr(block_scaled, "block_scaled_mm", split_k_scaled_mm)  # runs on the CPU
+    x, w = torch.randn(5, 128), torch.randn(16, 128)
+    x[2, 7] = float("nan")
+    with pytest.raises(ValueError, match="1 NaN"):
+        block_scaled.block_linear(x, w, recipe="blockwise")
+    out = block_scaled.block_linear(x, w, recipe="blockwise", nonfinite="nan")
+    assert out[2].isnan().all() and not out[[0, 1, 3, 4]].isnan().any()

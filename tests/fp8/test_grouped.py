@@ -95,3 +95,17 @@ def test_bf16_baseline_matches_the_unquantised_reference_and_skips_without_a_ker
 def test_grouped_mm_on_xla_is_refused_without_the_probe_that_would_kill_the_process():
     # torch_xla 2.9 segfaults on torch._grouped_mm: the answer must come before any call
     assert "segfaults" in grouped_mm_unsupported("xla:0")
+
+
+def test_a_native_kernel_failing_at_the_real_group_count_fails_only_its_row(
+    grouped_kernel_up_to_two_groups,
+):
+    table = grouped_gemm_check([9, 0, 23, 4], dim=64, ffn=32)
+    rows = table.set_index("implementation")
+    assert rows.loc["scaled_grouped_mm", "check"] == "failed", table.to_string()
+    assert rows.loc["scaled_grouped_mm", "reason"] == (
+        "RuntimeError: grouped GEMM with 4 groups is not supported"
+    )
+    assert rows.loc["looped_scaled_mm", "check"] == "PASS"
+    two = grouped_gemm_check([9, 23], dim=64, ffn=32)  # the same fake is right where it runs
+    assert (two["check"] == "PASS").all(), two.to_string()

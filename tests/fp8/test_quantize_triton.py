@@ -1,4 +1,4 @@
-"""The Triton kernels: compiled on a GPU, else under the interpreter (fp32/fp16: it has no bf16)."""
+"""The Triton kernels: compiled on a GPU, else under the interpreter (fp32, fp16 and bf16)."""
 
 import os
 
@@ -11,7 +11,7 @@ if DEVICE == "cpu":
 
 pytest.importorskip("triton")
 from kernel_lib.fp8.quantize import quantize  # noqa: E402
-from kernel_lib.fp8.quantize_triton import fused_quantize  # noqa: E402
+from kernel_lib.fp8.quantize_triton import BLOCK_SIZE, fused_quantize, partial_amax  # noqa: E402
 
 from .conftest import wide_tensor, with_extremes, with_nonfinite  # noqa: E402
 
@@ -27,7 +27,7 @@ def _same(a, b):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("gran", ["tensorwise", "rowwise"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(37, 1500), (3, 5, 17)])
 def test_bit_exact_with_quantize(fmt, gran, dtype, shape):
     x = with_nonfinite(with_extremes(wide_tensor(shape, seed=5, binades=(-4, 3)))).to(
@@ -44,9 +44,22 @@ def test_bit_exact_with_quantize(fmt, gran, dtype, shape):
     )
 
 
-def test_check_nonfinite_raises_with_the_count():
+def test_tensorwise_first_pass_writes_one_amax_and_count_per_block():
+    # one slot per block, no atomic to a shared address: the max over the slots is the amax
+    x = with_nonfinite(torch.randn(3 * BLOCK_SIZE + 7)).to(DEVICE, torch.bfloat16)
+    amax, bad = partial_amax(x)
+    blocks = torch.nn.functional.pad(x.float(), (0, -x.numel() % BLOCK_SIZE)).view(-1, BLOCK_SIZE)
+    finite = torch.where(blocks.isfinite(), blocks.abs(), 0.0)
+    assert torch.equal(amax, finite.amax(1))
+    assert bad.tolist() == (~blocks.isfinite()).sum(1).tolist() == [1, 1, 0, 1]
+
+
+@pytest.mark.parametrize("gran", ["tensorwise", "rowwise"])
+def test_check_nonfinite_raises_with_the_count(gran):
     with pytest.raises(ValueError, match="x has 3 NaN/inf"):
-        fused_quantize(with_nonfinite(torch.randn(4, 32)).to(DEVICE), check_nonfinite=True)
+        fused_quantize(
+            with_nonfinite(torch.randn(4, 32)).to(DEVICE), granularity=gran, check_nonfinite=True
+        )
 
 
 def test_bad_granularity_and_empty_input():
