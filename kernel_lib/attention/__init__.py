@@ -15,6 +15,7 @@ from kernel_lib.attention.flex import (
     cache_info,
     first_calls,
     flex_attention_compiled,
+    flex_attention_flash,
 )
 from kernel_lib.attention.patterns import PATTERNS, Pattern, PatternConfig, build_pattern
 from kernel_lib.attention.reference import (
@@ -34,7 +35,8 @@ __all__ = [
     "dense_mask", "dense_bias", "attention_reference", "reference_output", "reference_grads",
     "TOLERANCES",
     # compiled execution
-    "flex_attention_compiled", "block_mask_for", "block_sparsity", "cache_info", "first_calls",
+    "flex_attention_compiled", "flex_attention_flash", "block_mask_for", "block_sparsity",
+    "cache_info", "first_calls",
     # baselines
     "SDPA_BACKENDS", "sdpa_attention", "flash_attention", "attention_naive",
     # benchmarks

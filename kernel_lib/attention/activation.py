@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.nn.attention.flex_attention import AuxRequest
 
 from kernel_lib.attention import mods
-from kernel_lib.attention.flex_call import call_flex, causal_block_mask
+from kernel_lib.attention.flex import call_flex, causal_block_mask
 from kernel_lib.attention.plain import check_score_memory
 
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}  # the two attention-gym demonstrates

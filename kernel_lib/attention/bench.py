@@ -1,8 +1,9 @@
 """Attention benchmarks: flex's variants tuned on causal forward beside the plain compiled
 attention, then every pattern through the chosen compiled flex, each SDPA backend,
 FlashAttention-2/3 and the naive reference, all checked then timed in one interleaved
-`measure.compare` per case; forward + backward of causal; a window sweep and a sequence-length
-sweep. Returns records only.
+`measure.compare` per case (causal also through flex's FLASH backend, FlashAttention-4, where it
+can run); forward + backward of causal; a window sweep and a sequence-length sweep. Returns
+records only.
 
 Legend: B batch, H heads, S sequence length, D head dim.
 A record's ratio_vs_baseline is over the fastest SDPA backend of the same compare (the window
@@ -40,6 +41,7 @@ from kernel_lib.attention.flex import (
     block_sparsity,
     first_call,
     flex_attention_compiled,
+    flex_attention_flash,
 )
 from kernel_lib.attention.patterns import PatternConfig
 from kernel_lib.attention.plain import attention_naive_compiled, check_score_memory
@@ -57,6 +59,7 @@ from kernel_lib.variants import choose
 TOPIC = "attention"
 FLEX = "flex_attention_compiled"
 FLEX_CAUSAL = "flex_attention_compiled_causal"  # the window sweep's baseline
+FLEX_FLASH = "flex_attention_compiled_flash"  # flex through its FLASH backend (causal forward)
 FLASH_VERSIONS = ("flash_attn_2", "flash_attn_3")
 NAIVE = "attention_naive"
 PLAIN = "attention_naive_compiled"  # the plain comparator of the tuned flex
@@ -73,6 +76,15 @@ def raise_unsupported(reason: str):
 def _flash(q, k, v, *, version: str, config: PatternConfig):
     flash_attn_function(version)  # "not installed" comes before "cannot express"
     return flash_attention(q, k, v, version=version, fa_kwargs=flash_attn_kwargs(config))
+
+
+def _sdpa_math(q, k, v, *, sdpa_kwargs: dict):
+    """SDPA's math backend, refused in fp32 past the naive's score memory (check_score_memory):
+    it materialises the same fp32 scores (16 GiB at B=4, H=16, S=8192), and the fused backends
+    that run give the ratio."""
+    if q.dtype == torch.float32:
+        check_score_memory(q)
+    return sdpa_attention(q, k, v, backend="sdpa_math", sdpa_kwargs=sdpa_kwargs)
 
 
 def _naive(q, k, v, *, config: PatternConfig):
@@ -95,6 +107,7 @@ def _baselines(config: PatternConfig, shape: AttentionShape, q) -> dict:
     try:
         kwargs = sdpa_inputs(config, shape.seq_len, shape.heads, dtype=q.dtype, device=q.device)
         calls = {b: partial(sdpa_attention, backend=b, sdpa_kwargs=kwargs) for b in SDPA_BACKENDS}
+        calls["sdpa_math"] = partial(_sdpa_math, sdpa_kwargs=kwargs)
     except Unsupported as why:
         calls = {b: lambda *qkv, why=str(why): raise_unsupported(why) for b in SDPA_BACKENDS}
     calls.update({v: partial(_flash, version=v, config=config) for v in FLASH_VERSIONS})
@@ -238,12 +251,14 @@ def forward_case(
     variant: FlexVariant,
     case: str,
     section: str,
+    flex_flash: bool = False,
     progress: bool = False,
 ) -> list[rec.Record]:
-    """Forward of `config`: compiled flex (`variant`), every SDPA backend, FlashAttention-2/3
-    and naive, each checked against the fp64 reference at this shape, then timed interleaved;
-    ratios over the best SDPA backend. Plus flex's first-call record when this case compiled
-    it."""
+    """Forward of `config`: compiled flex (`variant`), with `flex_flash` flex through its FLASH
+    backend too (`variant`'s tile; skipped with the reason where it cannot run), every SDPA
+    backend, FlashAttention-2/3 and naive, each checked against the fp64 reference at this
+    shape, then timed interleaved; ratios over the best SDPA backend. Plus flex's first-call
+    record when this case compiled it."""
     qkv = make_qkv(shape, device=facts.device, seed=0)
     check = forward_check(config, *qkv)
     needed, dense = attention_flops(config, shape)
@@ -251,15 +266,19 @@ def forward_case(
     sparsity = block_sparsity(
         config, shape.seq_len, block_size=variant.block_size, device=qkv[0].device
     )
+    tiles = {"block_size": variant.block_size, "block_sparsity_%": sparsity}
     candidates = [
         flex.candidate(
             FLEX,
             _flex(qkv, config, variant),
             check,
             flops=needed,
-            metrics={**variant._asdict(), "block_sparsity_%": sparsity},
+            metrics={**variant._asdict(), **tiles},
         )
     ]
+    if flex_flash:  # FLASH runs in the input dtype: no `upcast` among its metrics
+        flash = partial(flex_attention_flash, *qkv, config, block_size=variant.block_size)
+        candidates.append(Candidate(FLEX_FLASH, flash, check, flops=needed, metrics=tiles))
     candidates += [
         Candidate(name, partial(call, *qkv), check, flops=needed)
         for name, call in _baselines(config, shape, qkv[0]).items()
@@ -315,9 +334,9 @@ def _grads(call, qkv, grad_out):
 def time_patterns(
     cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
 ) -> list[rec.Record]:
-    """Forward records of every pattern, then forward + backward of causal (or of the first
-    pattern when causal is not among them), flex run as `variant`. Declares the headline: flex
-    causal forward vs best SDPA backend (<dtype>)."""
+    """Forward records of every pattern (causal also through flex's FLASH backend), then forward
+    + backward of causal (or of the first pattern when causal is not among them), flex run as
+    `variant`. Declares the headline: flex causal forward vs best SDPA backend (<dtype>)."""
     out = []
     for config in tqdm(cfg.pattern_configs(), desc="patterns", disable=not progress):
         out += forward_case(
@@ -328,6 +347,7 @@ def time_patterns(
             variant=variant,
             case=config.name,
             section="patterns",
+            flex_flash=config.name == "causal",
             progress=progress,
         )
     out = [mark_headline(r, f"{HEADLINE} ({cfg.dtype})") for r in out]
@@ -340,8 +360,8 @@ def time_causal_dtypes(
 ) -> list[rec.Record]:
     """Causal forward at the pattern shape in each of `cfg.causal_dtypes` but `cfg.dtype` (whose
     case is time_patterns'): flex tuned in that dtype (`tune_flex`), then checked and timed
-    against every backend like a pattern (section `causal_dtypes`). Declares a headline per
-    dtype: flex causal forward vs best SDPA backend (<dtype>)."""
+    against every backend like a pattern, FLASH included (section `causal_dtypes`). Declares a
+    headline per dtype: flex causal forward vs best SDPA backend (<dtype>)."""
     out = []
     for dtype in cfg.causal_dtypes:
         if dtype == cfg.dtype:
@@ -356,6 +376,7 @@ def time_causal_dtypes(
             variant=variant,
             case="causal",
             section="causal_dtypes",
+            flex_flash=True,
             progress=progress,
         )
         out += tuning + [mark_headline(r, f"{HEADLINE} ({dtype})") for r in timed]

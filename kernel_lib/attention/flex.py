@@ -1,5 +1,7 @@
-"""Compiled FlexAttention: one `torch.compile(flex_attention)` per process, block masks cached per
-(pattern, S, device, block size), compiles counted so a recompile is never silent.
+"""Compiled FlexAttention: one `torch.compile(flex_attention)` per process, called through one
+wrapper that turns Inductor's refusals into `skipped` reasons, block masks cached per (pattern, S,
+device, block size), compiles counted so a recompile is never silent; the same flex through its
+FLASH backend (FlashAttention-4) where that can run.
 
 Legend: B batch, H heads, S sequence length, D head dim.
 Eager flex_attention materialises the full score matrix (the seed system's 0.05x, research
@@ -9,17 +11,21 @@ seed_system.md 2.3); this module only ever calls the compiled function.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+import typing
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 from torch._dynamo.exc import BackendCompilerFailed
 from torch._dynamo.utils import counters
+from torch.nn.attention import flex_attention as torch_flex
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from kernel_lib.attention.patterns import FlexMods, PatternConfig, build_pattern
 from kernel_lib.checks import Unsupported
+from kernel_lib.measure import error_line
 from kernel_lib.timing import Timing, time_fn
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -28,6 +34,11 @@ DEVICE_TYPES = ("cuda", "cpu", "xpu", "hpu", "mps")
 # Every (pattern, shape) pair is its own graph; past Dynamo's default limit of 8 a non-fullgraph
 # compile would silently run eager flex. fullgraph=True turns that into an error; this raises it.
 _RECOMPILE_LIMIT = 512
+CAUSAL = PatternConfig("causal")
+# FlashAttention-4 (`pip install flash-attn-4`): the CuTe DSL kernels torch's FLASH backend
+# JIT-instantiates; the module torch looks for (torch/_inductor/kernel/flex/flex_flash_attention.py)
+FLASH_MODULE = "flash_attn.cute"
+FLASH_OPTIONS = {"BACKEND": "FLASH"}  # flex_attention's kernel_options selecting it
 
 
 @functools.cache
@@ -41,6 +52,20 @@ def compiled_flex_attention():
     dynamo.recompile_limit = max(dynamo.recompile_limit, _RECOMPILE_LIMIT)
     dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, _RECOMPILE_LIMIT)
     return torch.compile(flex_attention, fullgraph=True, dynamic=False)
+
+
+def call_flex(q: Tensor, k: Tensor, v: Tensor, **kwargs):
+    """compiled_flex_attention()(q, k, v, **kwargs) (kwargs: flex_attention's); Unsupported
+    naming the head dims, dtype, device and Inductor's own error where Inductor cannot compile it
+    (no lse on a CPU, a head dim past the GPU kernel's shared memory, a tile the GPU kernel's
+    BLOCK_M/BLOCK_N do not divide): the one place a refused flex compile becomes a skip."""
+    try:
+        return compiled_flex_attention()(q, k, v, **kwargs)
+    except BackendCompilerFailed as why:  # InductorError (a refused lowering) is one too
+        raise Unsupported(
+            f"Inductor cannot compile flex_attention for D={q.shape[-1]}, Dv={v.shape[-1]}, "
+            f"{q.dtype} on {q.device.type}: {error_line(why.inner_exception)}"
+        ) from None
 
 
 def compiled_graphs() -> int:
@@ -70,6 +95,12 @@ def block_mask_for(
     if config.pattern.mask_mod is None:
         return None
     return _block_mask(config, seq_len, str(torch.device(device)), block_size)
+
+
+def causal_block_mask(seq_len: int, device: str, block_size: int) -> BlockMask:
+    """The causal (S, S) BlockMask, broadcast over B and H: the pattern sections' cached one (for
+    modules that build their own flex calls: MLA, activation attention)."""
+    return block_mask_for(CAUSAL, seq_len, device=device, block_size=block_size)
 
 
 class BlockCounts(NamedTuple):
@@ -205,6 +236,21 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
 
 
+def _check_call(config: PatternConfig, q: Tensor, k: Tensor, v: Tensor, block_size: int) -> None:
+    if not isinstance(config, PatternConfig):
+        raise TypeError(f"config must be a PatternConfig, got {type(config).__name__}")
+    check_inputs(q, k, v)
+    _check_block_size(block_size)
+
+
+def _flex_kwargs(config: PatternConfig, q: Tensor, block_size: int) -> dict:
+    """flex_attention's score_mod and (cached) block_mask of `config` on inputs shaped like q."""
+    _, H, S, _ = q.shape
+    device = str(q.device)
+    mask = block_mask_for(config, S, device=device, block_size=block_size)
+    return {"score_mod": _pattern(config, S, H, device).score_mod, "block_mask": mask}
+
+
 def flex_attention_compiled(
     q: Tensor,
     k: Tensor,
@@ -221,36 +267,20 @@ def flex_attention_compiled(
     without AMX the fp32 GEMMs can beat the bf16 ones; the cast can't fuse into Inductor's CPU
     flex template, so it runs outside it). The first call for a new (pattern, shape, dtype,
     block size) compiles (seconds) and is logged (see first_calls); later calls reuse the
-    kernel and block mask.
+    kernel and block mask. Unsupported where Inductor cannot compile it (call_flex).
     """
-    if not isinstance(config, PatternConfig):
-        raise TypeError(f"config must be a PatternConfig, got {type(config).__name__}")
-    check_inputs(q, k, v)
-    _check_block_size(block_size)
+    _check_call(config, q, k, v, block_size)
     if upcast and q.dtype != torch.float32:
         out = flex_attention_compiled(
             q.float(), k.float(), v.float(), config, block_size=block_size
         )
         return out.to(q.dtype)
-    _, H, S, _ = q.shape
-    device = str(q.device)
-    pattern = _pattern(config, S, H, device)
-    block_mask = block_mask_for(config, S, device=device, block_size=block_size)
-    call = functools.partial(
-        compiled_flex_attention(), q, k, v, score_mod=pattern.score_mod, block_mask=block_mask
-    )
+    call = functools.partial(call_flex, q, k, v, **_flex_kwargs(config, q, block_size))
     key = _first_call_key(config, q, block_size, upcast=False)
     if key in _FIRST_CALLS:
         return call()
     graphs, result = compiled_graphs(), []
-    try:
-        timing = time_fn(lambda: result.append(call()), device=q.device, warmup=0, reps=1)
-    except BackendCompilerFailed as why:  # Inductor has no flex kernel for these inputs here
-        reason = str(why).strip().splitlines()[-1][:200]
-        raise Unsupported(
-            f"Inductor cannot compile flex_attention for D={q.shape[-1]}, "
-            f"{q.dtype} on {device}: {reason}"
-        ) from None
+    timing = time_fn(lambda: result.append(call()), device=q.device, warmup=0, reps=1)
     _FIRST_CALLS[key] = FirstCall(
         config.name,
         tuple(q.shape),
@@ -260,3 +290,52 @@ def flex_attention_compiled(
         compiled_graphs() - graphs,
     )
     return result[0]
+
+
+def _torch_flex_backends() -> tuple[str, ...]:
+    """The kernel_options BACKEND values this torch's flex_attention takes (() without BACKEND)."""
+    options = getattr(torch_flex, "FlexKernelOptions", None)
+    hints = typing.get_type_hints(options) if options is not None else {}
+    return typing.get_args(hints.get("BACKEND"))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is missing too
+        return False
+
+
+@functools.cache  # asked before every timed call: its answer must cost nothing there
+def flash_backend_refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why flex's FLASH backend cannot run on `device` in `dtype` (None: it can): it needs an
+    NVIDIA GPU of sm_90+ (Hopper, Blackwell: FlashAttention-4's kernels), bf16/fp16, a torch
+    whose flex_attention takes kernel_options BACKEND='FLASH', and FLASH_MODULE installed."""
+    if device.type != "cuda" or torch.version.hip:
+        where = "ROCm" if torch.version.hip else device.type
+        return f"FlexAttention's FLASH backend (FlashAttention-4) needs an NVIDIA GPU, not {where}"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return f"FlashAttention-4 needs sm_90+ (Hopper, Blackwell), this GPU is sm_{major}{minor}"
+    if dtype not in (torch.bfloat16, torch.float16):
+        return f"FlashAttention-4 takes bf16/fp16 inputs, not {dtype}"
+    if "FLASH" not in _torch_flex_backends():
+        return f"torch {torch.__version__}'s flex_attention has no kernel_options BACKEND='FLASH'"
+    if not _installed(FLASH_MODULE):
+        return f"not installed ({FLASH_MODULE}: pip install flash-attn-4)"
+    return None
+
+
+def flex_attention_flash(
+    q: Tensor, k: Tensor, v: Tensor, config: PatternConfig, *, block_size: int = 128
+) -> Tensor:
+    """Compiled flex_attention of q, k, v: (B, H, S, D) under `config` through its FLASH backend:
+    `config`'s mask and score_mod compiled into FlashAttention-4's CuTe DSL kernel (bf16/fp16 in,
+    same dtype out). Unsupported with flash_backend_refusal's reason where it cannot run: never
+    another kernel under its name (on a CPU torch ignores BACKEND and runs its C++ template)."""
+    _check_call(config, q, k, v, block_size)
+    reason = flash_backend_refusal(q.device, q.dtype)
+    if reason is not None:
+        raise Unsupported(reason)
+    kwargs = _flex_kwargs(config, q, block_size)
+    return call_flex(q, k, v, **kwargs, kernel_options=FLASH_OPTIONS)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from kernel_lib.attention.flex_call import call_flex, causal_block_mask
+from kernel_lib.attention.flex import call_flex, causal_block_mask
 from kernel_lib.config import DTYPES
 
 ROPE_BASE = 10000.0  # DeepSeek-V2/V3 rope_theta (V3's YaRN long-context scaling is left out)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
-from kernel_lib.attention.flex import compiled_flex_attention
+from kernel_lib.attention.flex import call_flex
 
 
 class PagedCache(NamedTuple):
@@ -146,9 +146,9 @@ def paged_block_mask(cache: PagedCache, q_len: int) -> BlockMask:
 
 def flex_paged(q: Tensor, cache: PagedCache) -> Tensor:
     """Compiled flex of q (B, Hq, Lq, D) over the paged cache, bottom-right causal; the pool's
-    batch of 1 is broadcast over B. Same result as flex on the gathered dense k, v."""
+    batch of 1 is broadcast over B. Same result as flex on the gathered dense k, v.
+    Unsupported (call_flex) where Inductor refuses the key tile of one page: on a GPU, flex's
+    Triton kernel needs P to be a multiple of its BLOCK_N (up to 128)."""
     mask = paged_block_mask(cache, q.shape[2])
     gqa = q.shape[1] != cache.k_pool.shape[1]
-    return compiled_flex_attention()(
-        q, cache.k_pool, cache.v_pool, block_mask=mask, enable_gqa=gqa
-    )
+    return call_flex(q, cache.k_pool, cache.v_pool, block_mask=mask, enable_gqa=gqa)

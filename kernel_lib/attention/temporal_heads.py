@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from kernel_lib.attention import masks
-from kernel_lib.attention.flex_call import call_flex
+from kernel_lib.attention.flex import call_flex
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 import hypothesis.strategies as st
 import pytest
 import torch
+from torch._inductor.exc import InductorError
 
+from kernel_lib.attention import flex
 from kernel_lib.attention.patterns import PATTERNS, PatternConfig
 from kernel_lib.attention.shapes import AttentionShape, make_qkv
 
@@ -13,6 +15,19 @@ FLEX_SHAPE = AttentionShape(batch=2, heads=3, seq_len=200, head_dim=16)
 FLEX_BLOCK = 64
 # Documents at both edges: a one-token document first and last.
 EDGE_DOCS = (1, 150, 48, 1)
+
+
+@pytest.fixture
+def refused_compile(monkeypatch) -> str:
+    """Every compiled flex call refused by Inductor, as a GPU's Triton kernel refuses a key tile
+    its BLOCK_N does not divide; returns Inductor's words."""
+    words = "Q and KV block size must be divisible by BLOCK_M and BLOCK_N. KV_BLOCK_SIZE=32."
+
+    def refuse(*args, **kwargs):
+        raise InductorError(ValueError(words), None)
+
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda: refuse)
+    return words
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
 from kernel_lib.attention import activation, mods
 from kernel_lib.attention.checks import tolerance
-from kernel_lib.attention.flex_call import causal_block_mask
+from kernel_lib.attention.flex import causal_block_mask
 from kernel_lib.attention.reference import activation_reference
 from kernel_lib.checks import Unsupported, against
 from tests.attention.conftest import qkv_for

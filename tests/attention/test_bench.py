@@ -1,11 +1,14 @@
 """The suite on the shared compiled shape: every timed record checked, ratios, headline."""
 
 import dataclasses
+from functools import partial
 
 import matplotlib.pyplot as plt
 import pytest
 
-from kernel_lib.attention import bench, bench_decode, plots
+from kernel_lib import records as rec
+from kernel_lib.attention import bench, bench_decode, plain, plots
+from kernel_lib.attention.baselines import SDPA_BACKENDS
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.shapes import AttentionShape, attention_flops
@@ -66,18 +69,51 @@ def test_every_timed_record_carries_a_passed_check(records):
     assert all(r.topic == "attention" for r in records)
 
 
-def test_ratios_are_over_the_best_sdpa_backend(records):
-    flex = _by_key(records)[("causal", bench.FLEX, "forward")]
-    sdpa = [
-        r
-        for r in records
-        if r.case == "causal"
-        and r.mode == "forward"
-        and r.implementation.startswith("sdpa")
-        and r.status == "ok"
-    ]
-    assert flex.baseline == min(sdpa, key=lambda r: r.median_ms).implementation
+@pytest.mark.parametrize("dtype", PARAMS["attn_causal_dtypes"])
+def test_ratios_are_over_the_best_of_every_sdpa_backends_record(records, dtype):
+    """Each SDPA backend is a record of the causal compare (timed, or skipped with its reason),
+    and flex's ratio is over the fastest of those that ran: the headline's baseline is a record."""
+    by_key = _by_key(records, dtype)
+    sdpa = [by_key[("causal", b, "forward")] for b in SDPA_BACKENDS]
+    assert all(r.status == "ok" or (r.status == "skipped" and r.reason) for r in sdpa)
+    flex = by_key[("causal", bench.FLEX, "forward")]
+    ran = [r for r in sdpa if r.status == "ok"]
+    assert flex.baseline == min(ran, key=lambda r: r.median_ms).implementation
     assert flex.ratio_vs_baseline > 0 and flex.metrics["dense_flops"] > flex.flops
+
+
+@pytest.mark.parametrize("dtype", PARAMS["attn_causal_dtypes"])
+def test_flash_backend_is_a_causal_candidate_skipped_with_its_reason(records, dtype):
+    flash = _by_key(records, dtype)[("causal", bench.FLEX_FLASH, "forward")]
+    assert flash.status == "skipped" and "NVIDIA GPU" in flash.reason
+    assert not [r for r in records if r.implementation == bench.FLEX_FLASH and r.case != "causal"]
+
+
+def test_fp32_sdpa_math_past_the_score_memory_is_skipped_under_its_id(monkeypatch, cpu_facts):
+    """As fp32 at S=8192 on a GPU (16 GiB of scores): math is skipped with the reason, its record
+    id unchanged, and flex's ratio comes from the SDPA backends that ran."""
+    cfg = AttentionConfig.from_params(PARAMS)
+    case = partial(
+        bench.forward_case,
+        cfg,
+        cfg.pattern("causal"),
+        cfg.shape(),
+        facts=cpu_facts,
+        variant=FlexVariant(FLEX_BLOCK),
+        case="causal",
+        section="causal_dtypes",
+    )
+    ids = {rec.record_id(r, "p") for r in case() if r.mode == "forward"}
+    monkeypatch.setattr(plain, "MAX_SCORE_BYTES", 1)
+    records = [r for r in case() if r.mode == "forward"]
+    assert {rec.record_id(r, "p") for r in records} == ids
+    by_name = {r.implementation: r for r in records}
+    assert by_name["sdpa_math"].status == "skipped"
+    assert "GiB of scores" in by_name["sdpa_math"].reason
+    ran = [by_name[b] for b in SDPA_BACKENDS if by_name[b].status == "ok"]
+    assert (
+        ran and by_name[bench.FLEX].baseline == min(ran, key=lambda r: r.median_ms).implementation
+    )
 
 
 def test_pattern_records_carry_the_dense_equivalent_rate(records):

@@ -11,6 +11,7 @@ from kernel_lib.attention.baselines import sdpa_attention
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.decode import DecodeShape
 from kernel_lib.attention.reference import gqa_reference
+from kernel_lib.checks import Unsupported
 from kernel_lib.platform import device_facts
 
 # Odd shapes shared by the compiled tests (each (Lq, Lk) is one flex compile).
@@ -79,6 +80,14 @@ def test_sdpa_flash_matches_reference(name):
     out = sdpa_attention(q, k, v, backend="sdpa_flash", sdpa_kwargs=kwargs)
     error = float((out.double() - _reference(shape, q, k, v)).abs().max())
     assert error < 1e-5, f"{name}: max error {error:.2e}"
+
+
+def test_a_refused_compile_is_unsupported_in_inductors_words(refused_compile):
+    shape = SHAPES["gqa_decode_q3"]
+    q, k, v = decode.make_inputs(shape, device="cpu", seed=1)
+    with pytest.raises(Unsupported, match="D=16") as refused:
+        decode.flex_decode(q, k, v, shape, block_size=BLOCK)
+    assert refused_compile in str(refused.value)
 
 
 def test_check_catches_top_left_causal():
@@ -150,6 +159,17 @@ def test_decode_case_records_flex_and_sdpa_against_the_best_sdpa():
     assert by_name["sdpa_cudnn"].status == "skipped" and by_name["sdpa_cudnn"].reason
     assert "new_graphs" in by_name["flex_attention_compiled"].metrics
     assert all(r.metrics["section"] == "decode" for r in out)
+
+
+def test_a_refused_flex_compile_skips_only_the_flex_record(refused_compile):
+    shape = decode.DecodeShape(1, 6, 2, 3, 77, 16)
+    out = bench_decode.decode_case(
+        tiny_config(), shape, facts=device_facts(), case="gqa_decode_q3", section="decode"
+    )
+    by_name = {r.implementation: r for r in out}
+    flex = by_name["flex_attention_compiled"]
+    assert flex.status == "skipped" and refused_compile in flex.reason
+    assert by_name["sdpa_flash"].status == "ok"
 
 
 def test_decode_shapes_of_the_config():

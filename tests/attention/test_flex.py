@@ -1,5 +1,6 @@
 """Compiled flex: every pattern vs the fp64 reference on one odd shape, cache hits on repeat
-calls, and bad inputs. One process-wide compiled function; each pattern compiles once."""
+calls, Inductor's refusals and the FLASH backend's as skip reasons, and bad inputs. One
+process-wide compiled function; each pattern compiles once."""
 
 import pytest
 import torch
@@ -85,6 +86,59 @@ def test_compile_failure_is_unsupported(monkeypatch):
     q = torch.randn(1, 1, 8, 3)
     with pytest.raises(Unsupported, match="D=3"):
         flex.flex_attention_compiled(q, q, q, flex_config("full"))
+
+
+def test_a_refused_lowering_is_unsupported_in_inductors_words(refused_compile):
+    q = torch.randn(1, 1, 8, 16)
+    with pytest.raises(Unsupported, match="D=16") as refused:
+        flex.flex_attention_compiled(q, q, q, flex_config("causal"), block_size=FLEX_BLOCK)
+    assert refused_compile in str(refused.value)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A CUDA sm_90 device as flash_backend_refusal sees it (no GPU needed), its cache cleared."""
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    flex.flash_backend_refusal.cache_clear()
+    yield torch.device("cuda", 0)
+    flex.flash_backend_refusal.cache_clear()
+
+
+def test_flash_backend_refuses_a_cpu():
+    reason = flex.flash_backend_refusal(torch.device("cpu"), torch.bfloat16)
+    assert "needs an NVIDIA GPU, not cpu" in reason
+
+
+def test_flash_backend_refuses_a_gpu_before_hopper(gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert "sm_90+" in flex.flash_backend_refusal(gpu, torch.bfloat16)
+
+
+def test_flash_backend_refuses_fp32(gpu):
+    assert "bf16/fp16" in flex.flash_backend_refusal(gpu, torch.float32)
+
+
+def test_flash_backend_refuses_a_torch_without_the_backend_option(gpu, monkeypatch):
+    monkeypatch.delattr(flex.torch_flex, "FlexKernelOptions")
+    assert "BACKEND='FLASH'" in flex.flash_backend_refusal(gpu, torch.bfloat16)
+
+
+@pytest.mark.parametrize("missing", ["no_such_package.cute", "json.cute"])
+def test_flash_backend_refuses_without_flash_attention_4(gpu, monkeypatch, missing):
+    monkeypatch.setattr(flex, "FLASH_MODULE", missing)  # its package missing, or only the package
+    assert "not installed" in flex.flash_backend_refusal(gpu, torch.bfloat16)
+
+
+def test_flash_backend_runs_on_hopper_with_flash_attention_4(gpu, monkeypatch):
+    monkeypatch.setattr(flex, "FLASH_MODULE", "json")  # any installed module
+    assert flex.flash_backend_refusal(gpu, torch.float16) is None
+
+
+def test_flash_flex_on_a_cpu_is_skipped_not_the_cpu_template(flex_qkv):
+    # torch ignores BACKEND on a CPU and would run its C++ template under FLASH's name
+    with pytest.raises(Unsupported, match="NVIDIA GPU"):
+        flex.flex_attention_flash(*flex_qkv, flex_config("causal"), block_size=FLEX_BLOCK)
 
 
 def test_bad_shapes_and_types():

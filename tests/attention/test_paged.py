@@ -1,5 +1,6 @@
 """Paged KV cache: the pool and block table hold exactly the dense cache, compiled flex over the
-pool matches the fp64 reference, and a wrong block table fails the check."""
+pool matches the fp64 reference, a page size the kernel refuses is skipped with its reason, and a
+wrong block table fails the check."""
 
 import torch
 
@@ -65,3 +66,10 @@ def test_paged_case_records_paged_against_contiguous_flex():
     assert {r.status for r in out} == {"ok"}
     assert by_name["flex_attention_compiled_paged"].ratio_vs_baseline is not None
     assert by_name["flex_attention_compiled_paged"].headline == bench_decode.PAGED_HEADLINE
+
+
+def test_a_page_size_the_kernel_refuses_is_skipped_with_its_reason(refused_compile):
+    out = bench_decode.paged_case(tiny_config(), facts=device_facts())
+    paged_flex = {r.implementation: r for r in out}["flex_attention_compiled_paged"]
+    assert paged_flex.status == "skipped" and refused_compile in paged_flex.reason
+    assert paged_flex.headline == bench_decode.PAGED_HEADLINE  # its reason is the headline
