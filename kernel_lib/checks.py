@@ -65,10 +65,14 @@ def _flat(value) -> list[torch.Tensor]:
     raise TypeError(f"a checked output must be a tensor or a tuple of tensors, not {type(value)}")
 
 
+# Elements compared at a time: a 1 GiB FP8 output is never copied whole into float64 (8 GiB).
+CHUNK = 2**24
+
+
 def errors(out, ref) -> tuple[float, float]:
     """(max |out - ref|, that over max |ref|) in float64 over every tensor of `out` and `ref`
-    (tensors or matching tuples of tensors). NaN anywhere gives NaN, which fails every bound;
-    empty outputs have no error."""
+    (tensors or matching tuples of tensors), on the reference's device. NaN anywhere gives NaN,
+    which fails every bound; empty outputs have no error."""
     outs, refs = _flat(out), _flat(ref)
     if len(outs) != len(refs):
         raise ValueError(f"output has {len(outs)} tensors, reference {len(refs)}")
@@ -78,11 +82,15 @@ def errors(out, ref) -> tuple[float, float]:
             raise ValueError(f"output shape {tuple(o.shape)} != reference shape {tuple(r.shape)}")
         if o.numel() == 0:
             continue
-        diff = (o.detach().double().cpu() - r.detach().double().cpu()).abs()
-        if diff.isnan().any():
-            return float("nan"), float("nan")
-        abs_err = max(abs_err, float(diff.max()))
-        scale = max(scale, float(r.detach().double().abs().max()))
+        r = r.detach()
+        pairs = zip(o.detach().to(r.device).reshape(-1).split(CHUNK), r.reshape(-1).split(CHUNK))
+        for o_part, r_part in pairs:  # on the reference's device, CHUNK elements at a time
+            r_part = r_part.double()
+            diff = (o_part.double() - r_part).abs()
+            if diff.isnan().any():
+                return float("nan"), float("nan")
+            abs_err = max(abs_err, float(diff.max()))
+            scale = max(scale, float(r_part.abs().max()))
     return abs_err, abs_err / scale if scale > 0 else abs_err
 
 

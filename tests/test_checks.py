@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from kernel_lib import checks
 from kernel_lib.checks import Tolerance, against, compare, errors, exact, relative_error
 
 TOL = Tolerance(1e-6, "fp32 output of an exact sum")
@@ -50,3 +51,12 @@ def test_tolerance_validates():
         Tolerance(1.0, "why", metric="ulps")
     with pytest.raises(ValueError, match="value"):
         Tolerance(math.nan, "why")
+
+
+def test_large_outputs_are_compared_in_chunks_with_the_same_result(monkeypatch):
+    out, ref = torch.randn(7, 11), torch.randn(7, 11).double()
+    whole = errors(out, ref)
+    monkeypatch.setattr(checks, "CHUNK", 5)
+    assert errors(out, ref) == whole
+    out[6, 10] = float("nan")  # in the last chunk
+    assert math.isnan(errors(out, ref)[0])
