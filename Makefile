@@ -123,3 +123,5 @@ cloud-setup: $(CLOUD_STAMP)
 
 cloud-test: cloud-setup
 	$(CLOUD_PY) -m pytest -q tests/cloud
+
+include device.mk

@@ -1,5 +1,7 @@
-"""`python -m kernel_lib {run,report,platforms,bench,check,compare,sensitivity,export,params,cloud}`: the functions the
-Makefile calls, the tools that compare and export reports, and the cloud fan-out (kernel_lib.cloud).
+"""`python -m kernel_lib {run,report,platforms,bench,check,compare,sensitivity,export,params,cloud,
+device-plan}`: the functions the Makefile calls, the tools that compare and export reports, the
+cloud fan-out (kernel_lib.cloud) and the recipe for a GPU host without a package index
+(kernel_lib.device_plan).
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed or the disk did
 (one line: `error: ...`), 2 bad input (nothing ran), 130 interrupted (Ctrl-C).
@@ -314,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     params.set_defaults(func=cmd_params)
 
     from kernel_lib.cloud.cli import add_parser as add_cloud_parser
+    from kernel_lib.device_plan.cli import add_parser as add_device_plan_parser
 
     add_cloud_parser(sub)
+    add_device_plan_parser(sub)
 
     argv = sys.argv[1:] if argv is None else list(argv)
     try:

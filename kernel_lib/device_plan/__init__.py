@@ -1,0 +1,9 @@
+"""A GPU report within one short command on a host whose image holds PyTorch and no package index
+(`python -m kernel_lib.device_plan`, or `python -m kernel_lib device-plan` once papermill is
+there): `wheels` (the carried wheels: offline install, kernel, environment, closure check),
+`preflight` (one line per thing the notebooks rely on), `budget` (children held to time limits,
+each notebook's share), `cli` (the steps, the archive)."""
+
+from kernel_lib.device_plan.cli import add_parser, main
+
+__all__ = ["add_parser", "main"]

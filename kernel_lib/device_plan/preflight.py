@@ -1,0 +1,188 @@
+"""What a fresh GPU host can run, in under a minute, one line per item (ok, skipped or the error):
+the carried packages, versions, the device, a tiny _scaled_mm, a tiny flex_attention compile, a
+tiny Triton quantise and the compiler config keys the code patches. An item that fails costs its
+own line only. `python -m kernel_lib.device_plan.preflight`: exit 1 when an item failed."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import platform
+import sys
+import time
+
+import torch
+
+from kernel_lib.checks import relative_error
+from kernel_lib.device_plan import wheels
+from kernel_lib.platform import detect_platform, device_facts
+
+# The topics' modules are imported inside the items that use them: one that fails to import on
+# this torch is that item's error line, not the end of the preflight.
+TINY_TOLERANCE = 2e-2  # bf16 outputs of the tiny checks: a few ulps of 2**-8 relative
+
+
+class Skip(Exception):
+    """The item does not apply here: 'skipped: <reason>'."""
+
+
+@functools.cache
+def _facts():
+    return device_facts()
+
+
+def packages() -> str:
+    """Every pinned package importable at its pinned version, their requirements met."""
+    pinned = wheels.pins()
+    found = {}
+    for dist in importlib.metadata.distributions():  # sys.path order: the first one imports
+        if dist.metadata["Name"]:  # a broken install's folder has none
+            found.setdefault(wheels.canonical(dist.metadata["Name"]), dist)
+    missing = [n for n in pinned if n not in found]
+    if missing:
+        raise RuntimeError(f"not installed: {', '.join(missing)}")
+    problems = [
+        f"{n} {found[n].version} (pinned {v})" for n, v in pinned.items() if found[n].version != v
+    ]
+    versions = {name: dist.version for name, dist in found.items()}
+    problems += wheels.unmet({n: found[n].requires or [] for n in pinned}, versions)
+    if problems:
+        raise RuntimeError("; ".join(problems))
+    return f"{len(pinned)} pinned packages, their requirements met"
+
+
+def versions() -> str:
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = "not installed"
+    return (
+        f"python {platform.python_version()}, torch {torch.__version__}, triton {triton}, "
+        f"cuda {torch.version.cuda or 'none'}"
+    )
+
+
+def device() -> str:
+    facts = _facts()
+    try:
+        matched = detect_platform(facts)
+    except ValueError:
+        matched = "none matches"
+    memory = f"{facts.memory_bytes / 2**30:.1f} GiB" if facts.memory_bytes else "memory unknown"
+    return (
+        f"{facts.name} ({facts.arch}, {memory}, {facts.compute_units} {facts.compute_unit_kind})"
+        f"; platform file: {matched}"
+    )
+
+
+def scaled_mm() -> str:
+    """A rowwise e4m3fn torch._scaled_mm against the product of its dequantised operands."""
+    from kernel_lib.fp8.linear import fp8_matmul_support, scaled_mm, scaled_mm_unsupported
+    from kernel_lib.fp8.quantize import quantize
+
+    where = _facts().device
+    if reason := scaled_mm_unsupported(where):
+        raise Skip(reason)
+    a, b = (quantize(torch.randn(n, 64, device=where), granularity="rowwise") for n in (32, 48))
+    out = scaled_mm(a, b, out_dtype=torch.bfloat16).float()
+    error = relative_error(out, a.dequantize() @ b.dequantize().T)
+    if not error <= TINY_TOLERANCE:
+        raise AssertionError(f"relative error {error:.2g} > {TINY_TOLERANCE}")
+    return f"{fp8_matmul_support(where)}, rowwise 32x64 @ 64x48: relative error {error:.1e}"
+
+
+def flex_compile() -> str:
+    """Causal flex_attention compiled at S=128 against SDPA's causal attention."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    where = _facts().device
+    dtype = torch.float32 if where == "cpu" else torch.bfloat16
+    q, k, v = (torch.randn(1, 2, 128, 64, device=where, dtype=dtype) for _ in range(3))
+    mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, 128, 128, device=where)
+    started = time.perf_counter()
+    out = torch.compile(flex_attention)(q, k, v, block_mask=mask)
+    seconds = time.perf_counter() - started
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    error = relative_error(out.float(), ref.float())
+    if not error <= TINY_TOLERANCE:
+        raise AssertionError(f"relative error {error:.2g} vs SDPA > {TINY_TOLERANCE}")
+    return f"causal S=128 {str(dtype)[6:]}: compiled in {seconds:.1f} s, error vs SDPA {error:.1e}"
+
+
+def triton_quantize() -> str:
+    """The Triton rowwise quantiser bit for bit against the fp64 reference."""
+    where = _facts().device
+    if not where.startswith("cuda"):
+        raise Skip("no GPU")
+    from kernel_lib.fp8.quantize_triton import fused_quantize  # Triton: imported on demand
+    from kernel_lib.fp8.reference import quantize_reference
+
+    x = torch.randn(64, 256, device=where)
+    got, want = (
+        fused_quantize(x, granularity="rowwise"),
+        quantize_reference(x, granularity="rowwise"),
+    )
+    differ = int((got.data.view(torch.uint8) != want.data.view(torch.uint8)).sum())
+    if differ or not torch.equal(got.scale, want.scale.float()):
+        raise AssertionError(f"{differ} of {x.numel()} codes (or the scales) differ")
+    return "rowwise 64x256 e4m3fn: codes and scales bit-exact vs the fp64 reference"
+
+
+def patched_keys() -> dict[str, tuple[str, ...]]:
+    """Every compiler config key kernel_lib patches, per config module (a test finds each
+    `config.patch(` in kernel_lib): where torch lacks one, the section using it is skipped."""
+    from kernel_lib.fp8.quantize_compiled import EXACT_DIVISION
+
+    return {
+        "torch._inductor.config": ("fx_graph_cache", *EXACT_DIVISION),
+        "torch._dynamo.config": ("recompile_limit", "fail_on_recompile_limit_hit"),
+    }
+
+
+def config_keys() -> str:
+    """Each of `patched_keys` exists in the running torch."""
+    import torch._dynamo.config  # noqa: F401 - registers torch._dynamo.config
+    import torch._inductor.config  # noqa: F401 - registers torch._inductor.config
+
+    keys, missing = patched_keys(), []
+    for module, names in keys.items():
+        config = sys.modules[module]
+        for key in names:
+            try:
+                functools.reduce(getattr, key.split("."), config)
+            except AttributeError:
+                missing.append(f"{module}.{key}")
+    if missing:
+        raise RuntimeError(f"torch {torch.__version__} lacks {', '.join(missing)}")
+    return f"{sum(map(len, keys.values()))} keys present"
+
+
+ITEMS = {
+    "packages": packages,
+    "versions": versions,
+    "device": device,
+    "scaled_mm": scaled_mm,
+    "flex_attention": flex_compile,
+    "triton_quantize": triton_quantize,
+    "config_keys": config_keys,
+}
+
+
+def run_items(items: dict = ITEMS) -> int:
+    """Print one line per item; return how many failed."""
+    failed = 0
+    for name, item in items.items():
+        started = time.perf_counter()
+        try:
+            line = f"ok: {item()}"
+        except Skip as reason:
+            line = f"skipped: {reason}"
+        except Exception as err:  # noqa: BLE001 - an item's failure is its line; the next runs
+            failed += 1
+            line = f"error: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+        print(f"{name:16s} {line} ({time.perf_counter() - started:.1f} s)", flush=True)
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(1 if run_items() else 0)

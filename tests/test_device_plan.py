@@ -1,0 +1,288 @@
+"""kernel_lib.device_plan: the quick plans, the budget, the preflight, the offline install and the
+archive. No notebook runs: the runner's subprocesses are stood in for."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import sys
+import tarfile
+import time
+from argparse import Namespace
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kernel_lib import runner
+from kernel_lib.device_plan import budget, cli, preflight, wheels
+from kernel_lib.params import ROOT, config_class, load_plan, notebook_defaults, notebook_parameters
+from kernel_lib.platform import datasheet_for
+
+QUICK = {"h100-quick": "H100", "h200-quick": "H200"}
+
+
+@pytest.mark.parametrize("platform", sorted(QUICK))
+def test_quick_plan_loads_with_gpu_tiles_and_fits_its_device(platform):
+    plan = load_plan(platform)
+    assert plan.notebooks == ("fp8", "flex_attention", "moe", "backend_nvidia")
+    assert plan.values["attn_page_size"] >= 128, "flex's GPU kernels take key tiles of 128"
+    memory = datasheet_for(QUICK[platform]).memory_gb * 1e9
+    for notebook in plan.notebooks:
+        values = {**notebook_defaults(notebook), **plan.parameters_for(notebook)}
+        needs = config_class(notebook).from_params(values).memory_needs()
+        key, need = max(needs.items(), key=lambda kv: kv[1])
+        assert need < 0.8 * memory, f"{notebook}: {key} needs {need / 2**30:.1f} GiB"
+
+
+def test_share_splits_the_time_left_by_weight():
+    names = ["fp8", "flex_attention", "moe", "backend_nvidia"]
+    assert budget.share("fp8", names, 480) == pytest.approx(480 * 3 / 12)
+    assert budget.share("backend_nvidia", names[3:], 100) == 100  # the last gets all that is left
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_run_bounded_stops_a_child_that_overruns():
+    outcome = budget.run_bounded(
+        _python("import time; print('started', flush=True); time.sleep(60)"),
+        2.0,
+        echo=lambda line: None,
+        grace_s=5,
+    )
+    assert outcome.stopped and outcome.seconds < 7
+    assert outcome.lines[0] == "started" and outcome.lines[-1] == "KeyboardInterrupt"
+
+
+def test_run_bounded_kills_what_ignores_sigint_and_its_kernel(tmp_path):
+    pid_file = tmp_path / "kernel.pid"
+    code = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "kernel = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        f"start_new_session=True); open({str(pid_file)!r}, 'w').write(str(kernel.pid)); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    started = time.monotonic()
+    outcome = budget.run_bounded(_python(code), 3.0, echo=lambda line: None, grace_s=0.5)
+    assert outcome.stopped and time.monotonic() - started < 10
+    kernel = int(pid_file.read_text())
+    assert not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == "zombie"
+
+
+def _runner_standin(out: Path, scripts: dict[str, str]):
+    """A run_bounded whose `kernel_lib run --only NB` runs scripts[NB] instead (within 1 s),
+    writing a report's run.json the way the runner would."""
+    real = budget.run_bounded
+
+    def run(command, limit_s, **kwargs):
+        if "run" not in command:
+            return budget.Outcome(0, 0.0, False, ["ok"])
+        notebook = command[command.index("--only") + 1]
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "run.json").write_text("{}")
+        return real(_python(scripts[notebook]), min(limit_s, 1.0), **{**kwargs, "grace_s": 0.5})
+
+    return run
+
+
+def test_an_overrunning_notebook_is_stopped_and_the_next_still_runs(monkeypatch, tmp_path):
+    out = tmp_path / "report"
+    scripts = {"fp8": "import time; time.sleep(60)", "moe": "print('  moe: ok')"}
+    monkeypatch.setattr(cli, "run_bounded", _runner_standin(out, scripts))
+    progress = cli.Progress(budget_s=600)
+    statuses = cli.run_notebooks(progress, "ci", ["fp8", "moe"], out, [], env={})
+    assert statuses["fp8"].startswith("stopped at its share")
+    assert statuses["moe"] == "ok"
+
+
+def test_a_notebook_left_too_little_time_is_not_started(monkeypatch, tmp_path):
+    ran = []
+    monkeypatch.setattr(cli, "run_bounded", lambda command, *a, **k: ran.append(command))
+    progress = cli.Progress(budget_s=cli.RESERVE_S + cli.MIN_NOTEBOOK_S / 2)
+    statuses = cli.run_notebooks(progress, "ci", ["moe"], tmp_path, [], env={})
+    assert statuses["moe"].startswith("not started") and not ran
+
+
+@pytest.mark.parametrize(
+    "notebook", ["backend_cpu", "backend_nvidia", "fp8", "flex_attention", "moe"]
+)
+def test_declared_parameters_are_papermills(notebook):
+    assert cli.declared(notebook) == set(notebook_parameters(notebook))
+
+
+def test_each_notebook_gets_the_params_it_declares():
+    params = ["attn_page_size=128", "min_time_s=0.1"]
+    assert cli.params_by_notebook(["backend_cpu", "flex_attention"], params) == {
+        "backend_cpu": ["min_time_s=0.1"],
+        "flex_attention": ["attn_page_size=128"],
+    }
+    with pytest.raises(cli.PlanError, match="moe_tokens"):
+        cli.params_by_notebook(["fp8"], ["moe_tokens=[8]"])
+
+
+def test_preflight_reports_a_failing_item_in_one_line_and_goes_on(capsys):
+    def fails():
+        raise RuntimeError("no FP8 here\nsecond line")
+
+    def skips():
+        raise preflight.Skip("no GPU")
+
+    items = {"first": lambda: "fine", "broken": fails, "skipped": skips, "last": lambda: "fine"}
+    assert preflight.run_items(items) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    assert re.match(r"broken +error: RuntimeError: no FP8 here \(", lines[1])
+    assert re.match(r"skipped +skipped: no GPU", lines[2])
+    assert re.match(r"last +ok: fine", lines[3])
+
+
+def test_preflight_lists_every_compiler_key_kernel_lib_patches():
+    listed = preflight.patched_keys()
+    for path in (ROOT / "kernel_lib").rglob("*.py"):
+        for module, args in re.findall(
+            r"(torch\._\w+\.config)\.patch\(([^)]*)\)", path.read_text()
+        ):
+            for key in re.findall(r"(\w+)=", args):
+                assert key in listed[module], f"{path.name}: {module}.{key} is not preflighted"
+
+
+def test_install_is_pip_offline_from_the_pinned_wheels(tmp_path):
+    command = wheels.install_command(tmp_path / "w", tmp_path / "t", python="py", dry_run=False)
+    assert command[:4] == ["py", "-m", "pip", "install"]
+    for flag in ("--no-index", "--no-deps", "--upgrade"):
+        assert flag in command
+    assert command[command.index("--target") + 1] == str(tmp_path / "t")
+    assert command[command.index("--find-links") + 1] == str(tmp_path / "w")
+    assert command[command.index("-r") + 1] == str(wheels.REQUIREMENTS)
+    dry = wheels.install_command(tmp_path / "w", tmp_path / "t", python="py", dry_run=True)
+    assert {"--dry-run", "--no-index", "--only-binary=:all:"} <= set(dry)
+    assert dry[dry.index("--python-version") + 1] == "3.12"
+
+
+def test_install_runs_once_then_its_stamp_skips_it(monkeypatch, tmp_path):
+    source, target, commands = tmp_path / "wheels", tmp_path / "site", []
+    source.mkdir()
+    (source / "papermill-2.7.0-py3-none-any.whl").write_bytes(b"")
+
+    def pip(command, limit_s, **kwargs):
+        commands.append(command)
+        target.mkdir(exist_ok=True)
+        return budget.Outcome(0, 0.1, False)
+
+    monkeypatch.setattr(cli, "run_bounded", pip)
+    for _ in range(2):
+        assert cli.install(cli.Progress(600), source, target, dry_run=False, env={})
+    assert len(commands) == 1 and "--no-index" in commands[0]
+
+
+def test_environment_puts_the_target_first_for_children_and_kernels(tmp_path):
+    environ = {"PYTHONPATH": "/a", "JUPYTER_PATH": "/j"}
+    env = wheels.environment(tmp_path, environ, on_path=True)
+    assert env["PYTHONPATH"] == f"{tmp_path}:/a"
+    assert env["JUPYTER_PATH"] == f"{tmp_path / 'share' / 'jupyter'}:/j"
+    assert "PYTHONPATH" not in wheels.environment(tmp_path, environ, on_path=False)
+    assert wheels.KERNEL_NAME == runner.KERNEL_NAME
+
+
+def test_requirements_pin_the_venvs_versions_and_leave_the_image_its_own():
+    pins = wheels.pins()
+    assert not {"torch", "triton", "numpy", "pandas", "matplotlib"} & set(pins)
+    for name, version in pins.items():
+        try:
+            assert importlib.metadata.version(name) == version, name
+        except importlib.metadata.PackageNotFoundError:
+            pass
+
+
+def test_unmet_requirements_follow_markers_extras_and_the_image():
+    dists = {
+        "nbconvert": ["bleach[css]!=5.0.0", "jinja2>=3.0", "sphinx; extra == 'docs'"],
+        "bleach": ["webencodings", "tinycss2>=1.1.0; extra == 'css'"],
+        "ipython": ["typing_extensions>=4.6; python_version < '3.12'"],
+    }
+    available = {"bleach": "6.4.0", "webencodings": "0.5", "jinja2": None}
+    assert wheels.unmet(dists, available, wheels.HOST_MARKERS) == [
+        'bleach needs tinycss2>=1.1.0; extra == "css" (missing)'
+    ]
+    assert wheels.unmet({"a": ["b>=2"]}, {"b": "1.0"}) == ["a needs b>=2 (found 1.0)"]
+
+
+@pytest.mark.skipif(
+    not (ROOT / ".whl" / "device" / ".downloaded").exists(), reason="needs make device-wheels"
+)
+def test_the_downloaded_wheels_need_nothing_the_image_lacks():
+    assert wheels.check_wheels(ROOT / ".whl" / "device") == []
+
+
+def test_archive_holds_the_report_and_the_log(tmp_path):
+    report = tmp_path / "h100-quick"
+    report.mkdir()
+    (report / "run.json").write_text("{}")
+    (report / "index.html").write_text("<html>")
+    path = cli.write_archive(report, tmp_path / "out" / "h100-quick.tar.gz", ["[0 s] done"])
+    with tarfile.open(path) as tar:
+        names = set(tar.getnames())
+        log = tar.extractfile(f"h100-quick/{cli.LOG_NAME}").read().decode()
+    assert {"h100-quick/run.json", "h100-quick/index.html"} <= names
+    assert log == "[0 s] done\n"
+
+
+def _args(tmp_path, **given) -> Namespace:
+    wheels_dir = tmp_path / "wheels"
+    wheels_dir.mkdir(exist_ok=True)
+    (wheels_dir / "papermill-2.7.0-py3-none-any.whl").write_bytes(b"")
+    defaults = dict(
+        platform="ci",
+        wheels=str(wheels_dir),
+        target=str(tmp_path / "site"),
+        only="fp8,moe",
+        out=str(tmp_path / "report"),
+        archive=None,
+        budget_s=600.0,
+        param=[],
+        dry_run=False,
+    )
+    return Namespace(**{**defaults, **given})
+
+
+def test_the_recipe_installs_preflights_runs_and_archives_into_out(monkeypatch, tmp_path):
+    out, commands = tmp_path / "report", []
+    standin = _runner_standin(out, {"fp8": "print('  fp8: ok')", "moe": "print('  moe: ok')"})
+    monkeypatch.setattr(
+        cli, "run_bounded", lambda c, *a, **k: commands.append(c) or standin(c, *a, **k)
+    )
+    monkeypatch.setenv("OUT", str(tmp_path / "back"))
+    assert cli.cmd_device_plan(_args(tmp_path)) == 0
+    steps = [
+        next(w for w in ("pip", "ipykernel", "preflight", "run") if w in str(c)) for c in commands
+    ]
+    assert steps == ["pip", "ipykernel", "preflight", "run", "run"]
+    assert (tmp_path / "site" / wheels.STAMP).exists()
+    with tarfile.open(tmp_path / "back" / "report.tar.gz") as tar:
+        assert "report/run.json" in tar.getnames()
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"out": str(ROOT / "outputs" / "reference")},
+        {"only": "nonesuch"},
+        {"platform": "nonesuch"},
+        {"param": ["nonesuch=1"]},
+        {"budget_s": 0.0},
+    ],
+)
+def test_bad_input_exits_2_before_anything_runs(monkeypatch, tmp_path, given):
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
+    assert cli.cmd_device_plan(_args(tmp_path, **given)) == 2
+
+
+def test_device_mk_downloads_for_the_tags_the_dry_run_checks():
+    text = (ROOT / "device.mk").read_text()
+    recipe = text[text.index("pip download") : text.index("-r requirements-device.txt")]
+    tags = wheels.HOST_TAGS
+    platforms = [tags[i + 1] for i, t in enumerate(tags) if t == "--platform"]
+    assert re.findall(r"--platform (\S+)", recipe) == platforms
+    assert "--python-version 3.12 --implementation cp" in recipe
