@@ -120,10 +120,8 @@ def _bench_under_allocator(args, plan) -> int:
     """The same `bench` in a child process started as the runner starts each notebook kernel: the
     plan's allocator (its variables are read at process start) and this checkout's code, so
     `bench` and the notebooks time under one malloc."""
-    from kernel_lib.runner import code_environment, kernel_allocator
+    from kernel_lib.runner import kernel_allocator, kernel_environment
 
-    clean = {k: v for k, v in os.environ.items() if k not in allocator.VARIABLES}
-    env = {**clean, **code_environment(), **kernel_allocator(plan)}
     command = [
         sys.executable,
         "-m",
@@ -134,7 +132,8 @@ def _bench_under_allocator(args, plan) -> int:
         plan.platform,
     ]
     command += [arg for p in args.param for arg in ("-p", p)] + (["--json"] if args.json else [])
-    return subprocess.run(command, env=env).returncode
+    with kernel_environment(kernel_allocator(plan)):
+        return subprocess.run(command).returncode
 
 
 def cmd_bench(args) -> int:

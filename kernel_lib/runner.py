@@ -360,6 +360,15 @@ def code_environment(environ=os.environ) -> dict:
     }
 
 
+def kernel_environment(kernel_env: dict, variables: dict | None = None):
+    """os.environ as each notebook kernel (or `bench`'s own process) starts with it, for the
+    block: the plan's allocator (`kernel_env`, from kernel_allocator) instead of any set before,
+    this checkout's code (code_environment), and `variables`."""
+    return _environment(
+        {**(variables or {}), **kernel_env, **code_environment()}, allocator.VARIABLES
+    )
+
+
 def kernel_allocator(plan: Plan) -> dict:
     """The variables that give the notebook kernels the plan's allocator (kernel_lib.allocator);
     ParameterError (exit 2, nothing run) when its library is not installed."""
@@ -418,7 +427,7 @@ def _run(
             PLATFORM_ENV: plan.platform,
             RESULTS_DIR_ENV: str(staging),
         }
-        with _environment({**variables, **kernel_env, **code_environment()}, allocator.VARIABLES):
+        with kernel_environment(kernel_env, variables):
             for index, name in enumerate(plan.notebooks, 1):
                 print(f"[{index}/{len(plan.notebooks)}] {name}", file=sys.stderr, flush=True)
                 output = staging / f"{name}.ipynb"

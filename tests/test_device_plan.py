@@ -270,6 +270,7 @@ def test_the_recipe_installs_preflights_runs_and_archives_into_out(monkeypatch, 
         {"out": str(ROOT / "outputs" / "reference")},
         {"only": "nonesuch"},
         {"platform": "nonesuch"},
+        {"platform": "../parameters/ci"},  # a path, not a parameter file's name
         {"param": ["nonesuch=1"]},
         {"budget_s": 0.0},
     ],

@@ -24,6 +24,7 @@ import yaml
 
 from kernel_lib.device_plan import wheels
 from kernel_lib.device_plan.budget import GRACE_S, Outcome, run_bounded, share
+from kernel_lib.params import ParameterError, check_platform  # papermill only when used
 
 ROOT = wheels.ROOT
 PARAMETERS = ROOT / "parameters"
@@ -40,7 +41,7 @@ DETECT = "from kernel_lib.platform import detect_platform; print(detect_platform
 DONE = ("ok", "skipped")  # the runner's statuses of a notebook that ran to its end
 
 
-class PlanError(ValueError):
+class PlanError(ParameterError):
     """Bad input: one line, exit 2, nothing run."""
 
 
@@ -122,10 +123,7 @@ def quick_platform(progress: Progress, env: dict) -> str:
 def plan_notebooks(platform: str, only: str | None) -> list[str]:
     """The notebooks of parameters/<platform>.yaml in its order (the runner checks the rest of
     the file), or the `only` ones among them."""
-    path = PARAMETERS / f"{platform}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in PARAMETERS.glob("*.yaml"))
-        raise PlanError(f"unknown platform {platform!r}: choose from {known}")
+    path = PARAMETERS / f"{check_platform(platform)}.yaml"
     settings = (yaml.safe_load(path.read_text()) or {}).get("workbook") or {}
     notebooks = settings.get("notebooks")
     if not isinstance(notebooks, list) or not notebooks:
@@ -219,7 +217,7 @@ def _display(path: Path) -> str:
 def cmd_device_plan(args) -> int:
     try:
         return _device_plan(args)
-    except PlanError as err:
+    except ParameterError as err:  # a PlanError, or a platform that is not a parameter file
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the step running was stopped (budget.run_bounded)

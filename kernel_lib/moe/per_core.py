@@ -15,6 +15,7 @@ which autograd does not record.
 from __future__ import annotations
 
 import heapq
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -71,9 +72,7 @@ def dispatch_per_core(x: Tensor, routing: Routing, experts: FeedForwardExperts) 
     check_inference("per_core", x, experts)
     order, tokens, _, _ = sort_by_expert(routing)
     counts = routing.counts.tolist()
-    starts = [0]
-    for n in counts:
-        starts.append(starts[-1] + n)
+    starts = [0, *itertools.accumulate(counts)]
     y = x.new_empty(starts[-1], x.shape[1])
 
     def run(owned: list[int]) -> None:
