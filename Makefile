@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Compiled kernels (flex_attention, torch.compile) persist here between runs: seconds instead of ~30 s.
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 
-.PHONY: setup report test lint check reference lab clean
+.PHONY: setup report test lint check reference lab clean compare
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ else
 report: setup
 	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(ONLY),--only $(ONLY))
 endif
+
+# Two revisions compared, their runs interleaved (docs/revisions.md); B=WORKTREE: the working tree.
+ifneq ($(filter compare,$(MAKECMDGOALS)),)
+ifeq ($(and $(A),$(B)),)
+$(error usage: make compare A=REV B=REV [RUNS=N] [ONLY=nb,...] [PLATFORM=P])
+endif
+endif
+compare: setup
+	$(PY) -m kernel_lib ab "$(A)" "$(B)" $(if $(RUNS),--runs $(RUNS)) $(if $(ONLY),--only $(ONLY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 test: lint
 	$(PY) -m pytest tests

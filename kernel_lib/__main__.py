@@ -1,11 +1,12 @@
-"""`python -m kernel_lib {run,report,platforms,bench,check,compare,sensitivity,export,params,cloud,
-device-plan}`: the functions the Makefile calls, the tools that compare and export reports, the
+"""`python -m kernel_lib {run,report,platforms,bench,check,compare,ab,sensitivity,export,params,
+cloud,device-plan}`: the functions the Makefile calls, the tools that compare and export reports, the
 cloud fan-out (kernel_lib.cloud) and the recipe for a GPU host without a package index
 (kernel_lib.device_plan).
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed or the disk did
 (one line: `error: ...`), 2 bad input (nothing ran), 130 interrupted (Ctrl-C).
-`compare`: 0 nothing slower or lost, 1 something slower or lost, 2 bad input.
+`compare`: 0 nothing slower or lost, 1 something slower or lost, 2 bad input; `ab` likewise (1
+also when a run failed), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ OUTPUTS = ROOT / "outputs"
 # topic -> (module with `suite(params)`, notebook whose parameters it takes; None: the platform's backend_*)
 TOPICS = {
     "device": ("kernel_lib.backends.bench", None),
-    "moe": ("kernel_lib.moe.bench", "moe"),
+    "moe": ("kernel_lib.moe.plan", "moe"),
     "fp8": ("kernel_lib.fp8.bench", "fp8"),
-    "attention": ("kernel_lib.attention.bench", "flex_attention"),
+    "attention": ("kernel_lib.attention.plan", "flex_attention"),
 }
 
 
@@ -62,7 +63,7 @@ def _repeat(value: str) -> int:
 
 
 def cmd_run(args) -> int:
-    from kernel_lib.runner import FAILED_STATUSES, run_repeated
+    from kernel_lib.runner import FAILED_STATUSES, run_repeated  # CLI start-up
 
     repeat = _repeat(args.repeat)
     overrides = dict(parse_override(p) for p in args.param)
@@ -80,7 +81,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from kernel_lib.gallery import build_gallery, rebuild_reports
+    from kernel_lib.report.gallery import build_gallery  # CLI start-up: matplotlib on demand
+    from kernel_lib.report.pages import rebuild_reports  # CLI start-up
 
     dirs = [Path(d) for d in args.dirs]
     for d in dirs:
@@ -120,7 +122,7 @@ def _bench_under_allocator(args, plan) -> int:
     """The same `bench` in a child process started as the runner starts each notebook kernel: the
     plan's allocator (its variables are read at process start) and this checkout's code, so
     `bench` and the notebooks time under one malloc."""
-    from kernel_lib.runner import kernel_allocator, kernel_environment
+    from kernel_lib.runner import kernel_allocator, kernel_environment  # CLI start-up
 
     command = [
         sys.executable,
@@ -137,7 +139,7 @@ def _bench_under_allocator(args, plan) -> int:
 
 
 def cmd_bench(args) -> int:
-    from kernel_lib.records import stamp, summary_table, to_dicts
+    from kernel_lib.records import stamp, summary_table, to_dicts  # CLI start-up
 
     module_name, notebook = TOPICS[args.topic]
     plan = load_plan(
@@ -199,16 +201,24 @@ def cmd_check(args) -> int:
     return subprocess.run(command, cwd=work, env=env).returncode
 
 
+def cmd_ab(args) -> int:
+    from kernel_lib.ab import ab  # CLI start-up: only what the command needs
+
+    options = {k: getattr(args, k) for k in ("runs", "only", "factor", "out", "slow_b", "resume")}
+    platform = _platform(args.platform)
+    return ab(args.rev_a, args.rev_b, platform=platform, params=args.param, **options)
+
+
 def cmd_export(args) -> int:
-    from kernel_lib.export import cli
+    from kernel_lib.export import cli  # CLI start-up
 
     return cli(args)
 
 
 def cmd_params(args) -> int:
     """Each notebook's parameters: type and default as it declares them, range and meaning from
-    its config class (README's parameter section is `params --markdown`)."""
-    from kernel_lib.params import parameters_doc
+    its config class (docs/parameters.md holds `params --markdown`)."""
+    from kernel_lib.params import parameters_doc  # CLI start-up
 
     print(parameters_doc(args.notebooks, markdown=args.markdown))
     return 0
@@ -298,6 +308,28 @@ def main(argv: list[str] | None = None) -> int:
         help="compare report folders A... -- B... (see `compare --help`)",
         add_help=False,
     )
+    ab = sub.add_parser(
+        "ab",
+        help="compare two git revisions, their runs interleaved (docs/revisions.md)",
+        description="Run the plan --runs times for each revision, in turn (A B, B A, ...), each "
+        "in its own git worktree, then compare them. Exit codes as `compare` (1 also when a run "
+        "failed), 130 on Ctrl-C: the finished runs are kept and --resume continues.",
+    )
+    ab.add_argument("rev_a", metavar="REV_A", help="a git revision (before)")
+    ab.add_argument("rev_b", metavar="REV_B", help="a git revision, or WORKTREE: the working tree")
+    ab.add_argument("--runs", default="5", metavar="N", help="runs a side (default 5)")
+    ab.add_argument("--platform", help="parameters/<platform>.yaml (default: detected)")
+    ab.add_argument("--only", help="comma-separated notebook names")
+    ab.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+    ab.add_argument("--factor", metavar="F", help="compare's factor (default 1.1)")
+    ab.add_argument("--out", help="folder of the runs (default .cache/ab/<A>-<B>-<platform>...)")
+    ab.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    ab.add_argument(
+        "--slow-b",
+        metavar="IMPL=FRACTION",
+        help="TEST ONLY: side B's timed calls of implementation IMPL take 1 + FRACTION as long",
+    )
+    ab.set_defaults(func=cmd_ab)
     sub.add_parser(
         "sensitivity",
         help="how small a slowdown compare detects here: A/A and injected slowdowns (test only)",
@@ -311,11 +343,11 @@ def main(argv: list[str] | None = None) -> int:
 
     params = sub.add_parser("params", help="each notebook's parameters, ranges and meaning")
     params.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
-    params.add_argument("--markdown", action="store_true", help="markdown tables (README)")
+    params.add_argument("--markdown", action="store_true", help="markdown tables (docs/)")
     params.set_defaults(func=cmd_params)
 
-    from kernel_lib.cloud.cli import add_parser as add_cloud_parser
-    from kernel_lib.device_plan.cli import add_parser as add_device_plan_parser
+    from kernel_lib.cloud.cli import add_parser as add_cloud_parser  # CLI start-up
+    from kernel_lib.device_plan.cli import add_parser as add_device_plan_parser  # CLI start-up
 
     add_cloud_parser(sub)
     add_device_plan_parser(sub)
@@ -323,11 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] == ["compare"]:
-            from kernel_lib.compare import cli as compare_cli
+            from kernel_lib.compare import cli as compare_cli  # CLI start-up
 
             return compare_cli(argv[1:])
         if argv[:1] == ["sensitivity"]:
-            from kernel_lib.sensitivity import cli as sensitivity_cli
+            from kernel_lib.sensitivity import cli as sensitivity_cli  # CLI start-up
 
             return sensitivity_cli(argv[1:])
         args = parser.parse_args(argv)

@@ -14,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 from kernel_lib.checks import Unsupported
+from kernel_lib.params import ROOT
+from kernel_lib.platform import device_facts
 
 CACHE_ENV = "KERNEL_WORKBOOK_C_CACHE"  # a folder; default .cache/c_kernels in the repository
 X86_LEVELS = {"avx2": "-march=x86-64-v3", "default": "-march=x86-64"}
@@ -33,7 +35,6 @@ def flags() -> list[str]:
 
 
 def cpu() -> str:
-    from kernel_lib.platform import device_facts
 
     facts = device_facts("cpu")
     return f"{facts.name} {facts.arch}"
@@ -48,7 +49,6 @@ def build_key(source: Path, compiler: str, flags: list[str]) -> str:
 
 def build(source: Path, kernel: str) -> Path:
     """The shared library of `source`, built if not cached; `kernel` names it in errors."""
-    from kernel_lib.params import ROOT
 
     compiler = shutil.which(os.environ.get("CC") or "cc")
     if compiler is None:

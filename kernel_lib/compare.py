@@ -49,7 +49,12 @@ test use >= 4 runs a side (min p = 2/70). What no test on the runs can see: the 
 between two reports made one after the other (a section 10-35 % apart in every run; full-workbook
 A/As here: 1-3 verdicts of 313-333 records in each of six sequential pairs, 0 and 1 in two with
 the runs of the two sides interleaved). Interleave the runs of the two sides when comparing
-revisions (README).
+revisions: `python -m kernel_lib ab` (docs/revisions.md).
+
+What a verdict rests on is printed with it: the runs of each side, the factor, and the noise floor
+when one is at hand (`--noise-floor FILE`: what an A/A of `python -m kernel_lib ab REV REV` measured,
+its noise-floor.json, or the folder holding it); per record, the run medians of both sides
+(`a_run_ms`, `b_run_ms`).
 
 Different devices (platform or device name differ between runs): no verdict words at all. The
 table shows the ratio of medians with a spread interval [min over B's runs of p10 / max over A's
@@ -80,9 +85,9 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from kernel_lib import aggregate
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, record_id
+from kernel_lib.report import aggregate
 from kernel_lib.reportfiles import read_results, read_run
 
 ALPHA = 0.05
@@ -292,6 +297,7 @@ class Comparison:
     table: pd.DataFrame
     metrics: pd.DataFrame
     headlines: pd.DataFrame
+    noise_floor: dict | None = None  # an A/A's figures (noise_floor), shown beside the verdicts
 
     @property
     def counts(self) -> dict[str, int]:
@@ -428,8 +434,11 @@ def headline_table(a_rows: dict[str, list[dict]], b_rows: dict[str, list[dict]])
     return pd.DataFrame(rows, columns=["headline", "a", "b", "a_record", "b_record"])
 
 
-def compare_runs(a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR) -> Comparison:
-    """Compare two sides' runs; raises CompareError when they share no record."""
+def compare_runs(
+    a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR, noise_floor: dict | None = None
+) -> Comparison:
+    """Compare two sides' runs (`noise_floor`: read_noise_floor's, shown with the verdicts);
+    raises CompareError when they share no record."""
     if not factor > 1:
         raise CompareError(f"--factor {factor}: must be > 1")
     a_rows, b_rows = _by_key(a), _by_key(b)
@@ -455,6 +464,8 @@ def compare_runs(a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR) 
             ma = [float(r["median_ms"]) for r in ra]
             mb = [float(r["median_ms"]) for r in rb]
             row.update(a_ms=statistics.median(ma), b_ms=statistics.median(mb))
+            if not cross:
+                row.update(a_run_ms=ma, b_run_ms=mb)
         if cross:
             if timed:
                 low, high = spread_interval(ra, rb)
@@ -478,7 +489,7 @@ def compare_runs(a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR) 
         columns += ["a_status", "b_status"]
     else:
         columns = ["key", "verdict", "a_ms", "b_ms", "ratio", "apart", "p", "a_runs", "b_runs"]
-        columns += ["a_status", "b_status"]
+        columns += ["a_run_ms", "b_run_ms", "a_status", "b_status"]
     table = pd.DataFrame(rows).reindex(columns=columns)
     table[["a_runs", "b_runs"]] = table[["a_runs", "b_runs"]].astype("Int64")
     return Comparison(
@@ -489,6 +500,7 @@ def compare_runs(a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR) 
         table=table,
         metrics=metric_changes(a_rows, b_rows),
         headlines=headline_table(a_rows, b_rows) if cross else _empty_headlines(),
+        noise_floor=noise_floor,
     )
 
 
@@ -497,9 +509,81 @@ def _empty_headlines() -> pd.DataFrame:
 
 
 def compare_folders(
-    a: list[str | Path], b: list[str | Path], *, factor: float = DEFAULT_FACTOR
+    a: list[str | Path],
+    b: list[str | Path],
+    *,
+    factor: float = DEFAULT_FACTOR,
+    noise_floor: dict | None = None,
 ) -> Comparison:
-    return compare_runs(load_side(a), load_side(b), factor=factor)
+    return compare_runs(load_side(a), load_side(b), factor=factor, noise_floor=noise_floor)
+
+
+# ---------------------------------------------------------------------------------- noise floor
+
+NOISE_FLOOR_FILE = "noise-floor.json"
+NOISE_FLOOR_KEYS = (
+    "device", "git", "runs_a_side", "factor", "records", "ratio_low", "ratio_high", "ratio_p05",
+    "ratio_p95", "verdicts",
+)  # fmt: skip
+
+
+def noise_floor(c: Comparison) -> dict:
+    """What an A/A comparison (the same code on both sides, runs interleaved) measured: how far
+    the ratios of identical code spread here (all, and the middle 90 %), and the verdicts it
+    called at its factor and runs a side."""
+    if c.cross_platform:
+        raise CompareError("a noise floor needs both sides on one device")
+    ratios = sorted(float(r) for r in c.table["ratio"].dropna() if math.isfinite(r))
+    if not ratios:
+        raise CompareError("a noise floor needs timed records on both sides")
+    cuts = statistics.quantiles(ratios, n=20, method="inclusive") if len(ratios) > 1 else ratios
+    return {
+        "platform": c.a[0].platform,
+        "device": c.a[0].device,
+        "git": c.a[0].git,
+        "runs_a_side": min(len(c.a), len(c.b)),
+        "factor": c.factor,
+        "records": len(ratios),
+        "ratio_low": ratios[0],
+        "ratio_high": ratios[-1],
+        "ratio_p05": cuts[0],
+        "ratio_p95": cuts[-1],
+        "verdicts": {v: c.counts.get(v, 0) for v in ("slower", "faster", "unconfirmed")},
+    }
+
+
+def read_noise_floor(path: str | Path) -> dict:
+    """A noise floor written by `ab` (its noise-floor.json, or a folder holding one);
+    CompareError naming the file when it is missing or is not one."""
+    path = Path(path)
+    path = path / NOISE_FLOOR_FILE if path.is_dir() else path
+    try:
+        floor = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CompareError(
+            f"--noise-floor {path}: {getattr(err, 'strerror', None) or err}"
+        ) from None
+    if not isinstance(floor, dict) or not set(NOISE_FLOOR_KEYS) <= floor.keys():
+        raise CompareError(f"--noise-floor {path}: not a noise floor (needs {NOISE_FLOOR_KEYS})")
+    return floor
+
+
+def describe_noise_floor(floor: dict | None) -> str:
+    """One sentence: the A/A, its ratios and what it called."""
+    if not floor:
+        return (
+            "noise floor: none at hand (an A/A, `python -m kernel_lib ab REV REV`, measures one; "
+            "`--noise-floor` reads it)"
+        )
+    when = f", {floor['measured_utc'][:10]}" if floor.get("measured_utc") else ""
+    called = ", ".join(f"{n} {v}" for v, n in floor["verdicts"].items())
+    return (
+        f"noise floor: an A/A of git {floor['git']} on {floor['device']} (runs a side: "
+        f"{floor['runs_a_side']}{when}) had ratios {floor['ratio_low']:.3f}-{floor['ratio_high']:.3f} over "
+        f"{floor['records']} records (90 % within {floor['ratio_p05']:.3f}-"
+        f"{floor['ratio_p95']:.3f}) and called {called or 'nothing'} at factor "
+        f"{floor['factor']:g}"
+    )
 
 
 # -------------------------------------------------------------------------------------- output
@@ -528,6 +612,10 @@ def _header(c: Comparison) -> list[str]:
             f"{RESOLVED_RUNS} runs on a side, a verdict also needs the closest runs of the two "
             f"sides apart by the factor (`apart`)."
         )
+        lines.append(
+            f"Rests on: {len(c.a)} run(s) of A, {len(c.b)} of B; factor {c.factor:g}; "
+            f"{describe_noise_floor(c.noise_floor)}."
+        )
         lines.append(f"Records: {counts}.")
     return lines
 
@@ -543,6 +631,11 @@ def _rounded(frame: pd.DataFrame) -> pd.DataFrame:
     for col in ("a_runs", "b_runs"):
         if col in out:
             out[col] = out[col].map(lambda v: f"{int(v)}" if pd.notna(v) else "")
+    for col in ("a_run_ms", "b_run_ms"):
+        if col in out:
+            out[col] = out[col].map(
+                lambda v: " ".join(f"{x:.4g}" for x in v) if isinstance(v, list) else ""
+            )
     return out.fillna("")
 
 
@@ -645,6 +738,8 @@ def to_json(c: Comparison) -> dict:
     else:
         out.update(
             counts=c.counts,
+            rests_on={"runs_a": len(c.a), "runs_b": len(c.b), "factor": c.factor},
+            noise_floor=c.noise_floor,
             test="one-sided exact permutation test, difference of means of run medians",
             alpha=ALPHA,
             min_runs=MIN_RUNS,
@@ -699,13 +794,17 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m kernel_lib compare",
-        usage="%(prog)s A... -- B... [--factor F] [--json] [--html FILE] [--all]",
+        usage="%(prog)s A... -- B... [--factor F] [--noise-floor FILE] [--json] [--html FILE] "
+        "[--all]",
         description="Compare report folders A (before) with report folders B (after).",
         epilog=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("folders", nargs="*", help="report folders of this side")
     parser.add_argument("--factor", type=float, help=f"default {DEFAULT_FACTOR}")
+    parser.add_argument(
+        "--noise-floor", metavar="FILE", help="an A/A's noise-floor.json (of `ab REV REV`) to show"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--html", metavar="FILE", help="also write an HTML page")
     parser.add_argument("--all", action="store_true", help="table every record, not the changes")
@@ -727,7 +826,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not left.folders or not right.folders:
         raise CompareError("compare needs report folders on both sides of `--`")
     merged = argparse.Namespace(a=left.folders, b=right.folders)
-    for name in ("factor", "html"):
+    for name in ("factor", "html", "noise_floor"):
         value = getattr(right, name) if getattr(right, name) is not None else getattr(left, name)
         setattr(merged, name, value)
     if merged.factor is None:
@@ -741,7 +840,8 @@ def cli(argv: list[str]) -> int:
     """The `compare` command: print the comparison, return its exit code (2: bad input)."""
     try:
         args = parse_args(argv)
-        comparison = compare_folders(args.a, args.b, factor=args.factor)
+        floor = read_noise_floor(args.noise_floor) if args.noise_floor else None
+        comparison = compare_folders(args.a, args.b, factor=args.factor, noise_floor=floor)
     except ParameterError as err:  # a CompareError, or a damaged report file
         print(f"error: {err}", file=sys.stderr)
         return 2

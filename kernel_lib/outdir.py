@@ -19,8 +19,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from kernel_lib.aggregate import repeat_of
 from kernel_lib.params import ROOT, ParameterError
+from kernel_lib.report.aggregate import repeat_of
 
 RUN_FILE = "run.json"
 KEPT = "unswapped"  # `<out>.unswapped-<time>`: a finished run that could not replace <out>

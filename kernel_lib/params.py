@@ -175,7 +175,7 @@ def parameter_rows(notebook: str, directory: Path | None = None) -> list[dict]:
     """The notebook's parameters as it declares them (papermill's view: name, type, default
     source), each with its range and meaning from the config class (a parameter without a config
     field: papermill's help comment)."""
-    from kernel_lib.config import describe
+    from kernel_lib.config import describe  # torch: only to describe parameters
 
     cls = config_class(notebook)
     docs = {row["parameter"]: row["doc"] for row in describe(cls, cls.PARAM_PREFIX)}
@@ -194,7 +194,8 @@ def parameters_doc(
     notebooks: list[str] | None = None, *, markdown: bool = False, directory: Path | None = None
 ) -> str:
     """One table per notebook (default: every documented one) of `parameter_rows`, as plain
-    text or as markdown (`python -m kernel_lib params [--markdown]`, README's parameter section)."""
+    text or as markdown (`python -m kernel_lib params [--markdown]`; the markdown is the tables
+    of docs/parameters.md, between its params markers)."""
     from tabulate import tabulate
 
     valid = documented_notebooks(directory)
@@ -253,7 +254,7 @@ def _device_memory(plan: Plan, overrides: dict) -> tuple[int, str] | None:
     """(bytes, name) of the device this machine runs the plan's notebooks on, or None: memory
     unknown, or a file for another device that is only being listed or validated (its platform
     is not this machine's and nothing was set on the command line)."""
-    from kernel_lib import platform
+    from kernel_lib import platform  # torch: only to size a plan on this device
 
     facts = platform.device_facts()
     if not facts.memory_bytes:

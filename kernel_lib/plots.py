@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogFormatter
 
 from kernel_lib.platform import DeviceFacts, datasheet_for
-from kernel_lib.report import shape_text
+from kernel_lib.records import shape_text
 
 # Axis labels: the quantity and its unit, never a raw column name.
 LABELS = {
@@ -22,9 +22,9 @@ LABELS = {
     "peak_mem_bytes": "peak memory (bytes)",
     "shape.N": "matrix size n (n x n x n)",
     "shape.MiB": "size (MiB)",
-    "shape.tokens": "tokens T",
-    "shape.experts": "experts E",
-    "shape.top_k": "experts per token (top-k)",
+    "shape.T": "tokens T",
+    "shape.E": "experts E",
+    "shape.K": "experts per token (top-k K)",
     "shape.imbalance": "routing imbalance (logit skew per expert)",
     "shape.D": "hidden size D",
     "shape.seq_len": "sequence length S (tokens)",

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from kernel_lib.headlines import headline
+
 if TYPE_CHECKING:
     from kernel_lib.checks import Check
     from kernel_lib.platform import DeviceFacts
@@ -67,7 +69,7 @@ class Record:
     status: str = "ok"
     reason: str = ""
     check: dict | None = None  # Check.as_dict() of the output at this shape, dtype and mode
-    headline: str | None = None  # the topic declared this figure a headline (its label)
+    headline: str | None = None  # the topic declared this figure a headline (its key)
     variant: str | None = None  # the candidate chosen by measurement on this machine (variants.py)
     flags: tuple[str, ...] = ()  # measurement problems, e.g. a fraction_of_peak above 1
     samples_ms: tuple[float, ...] = ()  # every timed call
@@ -273,23 +275,37 @@ def with_ratio(record: Record, baseline: Record, ratio: Ratio) -> Record:
     )
 
 
-def as_headline(record: Record, label: str) -> Record:
+def as_headline(record: Record, key: str) -> Record:
     """Declare `record` one of its topic's headline figures (a subject against its baseline or
-    ceiling, never a baseline or ceiling itself), under `label`."""
+    ceiling, never a baseline or ceiling itself) under `key`, declared in kernel_lib.headlines."""
+    if headline(key) is None:
+        raise ValueError(f"headline {key!r} is not declared in kernel_lib.headlines")
     if (
         record.status == "ok"
         and record.ratio_vs_baseline is None
         and record.fraction_of_peak is None
     ):
         raise ValueError(
-            f"headline {label!r}: {record.implementation} has no ratio or fraction to show"
+            f"headline {key!r}: {record.implementation} has no ratio or fraction to show"
         )
-    return dataclasses.replace(record, headline=label)
+    return dataclasses.replace(record, headline=key)
 
 
 def shape_key(shape: dict) -> str:
     """A shape as 'K=256,M=133,N=128': by name, so the same shape reads the same wherever built."""
     return ",".join(f"{k}={shape[k]}" for k in sorted(shape))
+
+
+def shape_text(row: pd.Series) -> str:
+    """A loaded record's shape (its `shape.*` columns) as `batch=1,head_dim=64,...`: by name, as in
+    its record_id, so the same shape reads the same whatever order the columns were loaded in."""
+    return shape_key(
+        {
+            k[6:]: int(v) if isinstance(v, float) and v.is_integer() else v
+            for k, v in row.items()
+            if k.startswith("shape.") and pd.notna(v)
+        }
+    )
 
 
 def record_id(record: Record, platform: str) -> str:
@@ -312,7 +328,7 @@ def run_context() -> tuple[str, str]:
     and the detected platform ('unknown' where no parameter file matches)."""
     platform = os.environ.get(PLATFORM_ENV)
     if not platform:
-        from kernel_lib.platform import detect_platform
+        from kernel_lib.platform import detect_platform  # torch: only where no platform was set
 
         try:
             platform = detect_platform()

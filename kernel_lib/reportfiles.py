@@ -18,6 +18,9 @@ from typing import TypedDict
 
 import pandas as pd
 
+from kernel_lib.headlines import key_of
+from kernel_lib.legacy import record_id_of, shape_of
+from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, STATUSES, Record, to_dicts, to_frame_with_verdict
 
 # A saved record has every field of Record, typed as annotated there, but for the run_id that the
@@ -91,9 +94,6 @@ class Run(TypedDict, total=False):
 
 
 def _error(path: Path, what: str) -> ValueError:
-    # params imports papermill (about a second): paid on bad input only, not by every notebook that
-    # plots (plots -> report -> here)
-    from kernel_lib.params import ParameterError
 
     return ParameterError(f"{path}: {what}")
 
@@ -223,7 +223,19 @@ def read_results(path: str | Path) -> list[dict]:
     )
     if bad:
         raise _error(Path(path), bad)
-    return [{**copy.deepcopy(RECORD_DEFAULTS), **row} for row in rows]
+    return [_keyed({**copy.deepcopy(RECORD_DEFAULTS), **row}) for row in rows]
+
+
+def _keyed(row: dict) -> dict:
+    """A saved record in today's names: its headline as a key (a report written before keys has
+    labels), its id and shape with one name per quantity (kernel_lib.legacy)."""
+    if isinstance(row.get("headline"), str):
+        row["headline"] = key_of(row["headline"])
+    if isinstance(row.get("record_id"), str):
+        row["record_id"] = record_id_of(row["record_id"])
+    if isinstance(row.get("shape"), dict):
+        row["shape"] = shape_of(str(row.get("case")), row["shape"])
+    return row
 
 
 def notebook_records(folder: str | Path) -> pd.DataFrame:
@@ -243,8 +255,15 @@ def read_table(path: str | Path) -> pd.DataFrame:
     """A results.csv (a report that keeps no JSON files: outputs/reference) with its columns as
     saved, none for an empty file; ParameterError naming it where it is not a CSV table."""
     try:
-        return pd.read_csv(path, low_memory=False)
+        table = pd.read_csv(path, low_memory=False)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as err:
         raise _error(Path(path), f"not a CSV table ({err})") from None
+    if "headline" in table:
+        table["headline"] = table["headline"].map(lambda v: key_of(v) if isinstance(v, str) else v)
+    if "record_id" in table:
+        table["record_id"] = table["record_id"].map(
+            lambda v: record_id_of(v) if isinstance(v, str) else v
+        )
+    return table

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,13 +33,24 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 from papermill.execute import ERROR_MARKER_TAG, ERROR_STYLE, remove_error_markers
+from traitlets.config import Config
 
 from kernel_lib import allocator
-from kernel_lib.aggregate import RUN_PREFIX, run_folders, write_aggregate_run
 from kernel_lib.outdir import RUN_FILE, owned, staged
 from kernel_lib.params import ROOT, ParameterError, Plan
 from kernel_lib.platform import device_facts
-from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RUN_ID_ENV
+from kernel_lib.records import (
+    PLATFORM_ENV,
+    RESULTS_DIR_ENV,
+    RESULTS_SUFFIX,
+    RUN_ID_ENV,
+    to_frame_with_verdict,
+)
+from kernel_lib.report.aggregate import RUN_PREFIX, run_folders, write_aggregate_run
+from kernel_lib.report.gallery import build_gallery
+from kernel_lib.report.lead import with_findings
+from kernel_lib.report.pages import build_report
+from kernel_lib.reportfiles import read_results
 
 KERNEL_NAME = "kernel-workbook"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # compiled kernels (flex_attention, torch.compile) persist
@@ -203,6 +215,16 @@ def _marker(html: str, anchor: str = ""):
     return nbformat.v4.new_markdown_cell(span, metadata={"tags": [ERROR_MARKER_TAG]})
 
 
+def kernel_config(sockets: Path) -> Config:
+    """The kernel talks to the runner over Unix sockets in the private folder `sockets`, not over
+    TCP on localhost: there is nothing to eavesdrop on, so ipykernel has no cause for its "Kernel is
+    running over TCP without encryption" warning, which it would print once per notebook. (Without
+    an absolute `ip`, the sockets would land in the kernel's working directory, the report.)"""
+    if os.name != "posix":  # no Unix sockets
+        return Config()
+    return Config(KernelManager={"transport": "ipc", "ip": str(sockets / "kernel")})
+
+
 def execute(
     notebook: Path,
     output: Path,
@@ -215,6 +237,7 @@ def execute(
     """Execute one notebook with its working directory set to the report folder, every cell even
     after one raises (nbclient's allow_errors; papermill raises at the end)."""
     error = None
+    sockets = tempfile.TemporaryDirectory(prefix="kernel-workbook-", ignore_cleanup_errors=True)
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -225,9 +248,12 @@ def execute(
             progress_bar=progress,
             execution_timeout=timeout,
             allow_errors=True,
+            config=kernel_config(Path(sockets.name)),
         )
     except Exception as err:  # noqa: BLE001 - any failure of one notebook is recorded, the run goes on
         error = err
+    finally:
+        sockets.cleanup()
     nb = nbformat.read(output, as_version=4) if output.exists() else None
     if nb is not None and isinstance(error, PapermillExecutionError):
         nb = mark_errors(nb)
@@ -264,6 +290,17 @@ def without_progress_bars(nb):
         if "outputs" in cell:
             cell["outputs"] = outputs
     return nb
+
+
+def lead_with_findings(notebook: Path, platform: str) -> None:
+    """Put what the executed notebook found (its saved records' declared headlines and their
+    plot) after its title; a notebook that saved no records is left as it is."""
+    results = notebook.with_name(notebook.stem + RESULTS_SUFFIX)
+    if not results.exists():
+        return
+    records = to_frame_with_verdict(read_results(results))
+    nb = with_findings(nbformat.read(notebook, as_version=4), records, platform)
+    nbformat.write(nb, str(notebook))
 
 
 def to_html(notebook: Path) -> Path:
@@ -410,8 +447,6 @@ def _run(
 ) -> list[NotebookResult]:
     """`run_plan` in a folder already held. `run_suffix` ends the run id (the runs of
     `run_repeated` say which they are)."""
-    from kernel_lib.report import build_report
-
     started = dt.datetime.now(dt.timezone.utc)
     git = _git_revision()
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
@@ -444,6 +479,7 @@ def _run(
                 machine = machine_load(sample, machine_sample())
                 result = dataclasses.replace(result, **identity, machine=machine)
                 if output.exists():
+                    lead_with_findings(output, plan.platform)
                     try:
                         to_html(output)
                     except Exception as error:  # nbconvert's templates missing, say: keep the run
@@ -496,11 +532,9 @@ def run_repeated(
 ) -> list[NotebookResult]:
     """`repeat` runs of the whole plan, one after another (each notebook in a fresh kernel every
     time), as full reports `out_dir/run-1/` ... `run-<repeat>/`; `out_dir` gets the aggregate
-    (kernel_lib.aggregate: the median of the runs' medians and their spread). repeat == 1 is
+    (kernel_lib.report.aggregate: the median of the runs' medians and their spread). repeat == 1 is
     `run_plan` into `out_dir` itself. Staged and swapped in as a whole, like one run; refused
     and failing like `run_plan`."""
-    from kernel_lib.report import build_report
-
     kernel_env = kernel_allocator(plan)  # refused before anything runs
     out_dir = Path(out_dir).resolve()
     options = {"kernel_name": kernel_name, "progress": progress}
@@ -541,8 +575,6 @@ def _rebuild_gallery(out_dir: Path) -> None:
     `outputs/` tree; a gallery that cannot be built never fails the run."""
     if out_dir.parent.name != "outputs":
         return
-    from kernel_lib.gallery import build_gallery
-
     try:
         build_gallery(out_dir.parent)
     except Exception as err:  # noqa: BLE001 - the run's own report is already in place

@@ -48,9 +48,9 @@ def benchmark(*, min_time_s: float = 0.05):
 
     torch.set_num_threads(1)
 
-    from kernel_lib import checks
-    from kernel_lib.measure import Candidate, Case, compare
-    from kernel_lib.platform import device_facts
+    from kernel_lib import checks  # the child's start-up
+    from kernel_lib.measure import Candidate, Case, compare  # the child's start-up
+    from kernel_lib.platform import device_facts  # the child's start-up
 
     x = torch.randn(SIZE, generator=torch.Generator().manual_seed(0))
     exact = checks.Tolerance(0.0, "one IEEE op, bit-exact", "max_abs_error")
@@ -189,7 +189,7 @@ def cli(argv: list[str]) -> int:
     parser.add_argument("--one-run", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_run:
-        from kernel_lib.records import save_records
+        from kernel_lib.records import save_records  # the child's start-up
 
         save_records(benchmark(), NAME, args.one_run)
         return 0

@@ -18,6 +18,7 @@ import torch
 
 from kernel_lib import records as rec
 from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.params import ROOT
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.timing import ratio
 
@@ -40,7 +41,6 @@ def fingerprint_key(facts: DeviceFacts) -> str:
 
 
 def _cache_file(facts: DeviceFacts) -> Path:
-    from kernel_lib.params import ROOT
 
     folder = Path(os.environ.get(CACHE_ENV) or ROOT / ".cache" / "variants")
     return folder / f"{fingerprint_key(facts)}.json"

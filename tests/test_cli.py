@@ -12,6 +12,7 @@ from kernel_lib import __main__ as cli
 from kernel_lib import allocator, params
 from kernel_lib.params import ROOT
 from kernel_lib.records import Record
+from kernel_lib.reportfiles import read_table
 
 
 def test_unknown_platform_exits_2_with_one_line(capsys, tmp_path):
@@ -40,7 +41,7 @@ FAST = {
 @pytest.mark.parametrize("topic", sorted(FAST))
 def test_bench_json_records_are_checked_stamped_and_matchable(topic):
     """Acceptance: every ok record has its id, run, raw samples and a passing check; every ratio
-    has its interval."""
+    has its interval; the suite makes the records its notebook makes (outputs/reference)."""
     argv = ["bench", topic, "--platform", "ci", "--json"] + [
         a for p in FAST[topic] for a in ("-p", p)
     ]
@@ -58,6 +59,11 @@ def test_bench_json_records_are_checked_stamped_and_matchable(topic):
             assert r["samples_ms"] and r["check"]["pass"] is True, r["record_id"]
         if r["ratio_vs_baseline"] is not None:
             assert r["ratio_low"] <= r["ratio_vs_baseline"] <= r["ratio_high"], r["record_id"]
+    notebook = cli.TOPICS[topic][1]
+    if notebook and not FAST[topic]:  # the notebook made the same records at these sizes
+        reference = read_table(ROOT / "outputs" / "reference" / "results.csv")
+        made = set(reference.loc[reference["notebook"] == notebook, "record_id"])
+        assert {r["record_id"] for r in rows} == made, {r["record_id"] for r in rows} ^ made
 
 
 def test_platforms_lists_files_and_detection(capsys):
@@ -114,6 +120,6 @@ def test_bench_runs_under_the_platforms_allocator_as_the_notebooks_do(monkeypatc
 def test_bench_under_its_allocator_runs_the_suite_in_process(monkeypatch, capsys):
     monkeypatch.setenv(allocator.ENV, "system_kept")
     monkeypatch.setattr(cli.subprocess, "run", None)  # never started again
-    monkeypatch.setattr("kernel_lib.moe.bench.suite", lambda params, progress: [])
+    monkeypatch.setattr("kernel_lib.moe.plan.suite", lambda params, progress: [])
     assert cli.main(["bench", "moe", "--platform", "cpu", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []

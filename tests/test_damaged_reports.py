@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel_lib import __main__ as cli
-from kernel_lib.aggregate import write_aggregate_run
 from kernel_lib.records import Record, stamp, to_dicts
+from kernel_lib.report.aggregate import write_aggregate_run
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "bench.results.json"

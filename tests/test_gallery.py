@@ -3,41 +3,58 @@
 import dataclasses
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex
 
 from kernel_lib import __main__ as cli
-from kernel_lib import gallery
-from kernel_lib.aggregate import aggregate_records, write_aggregate_run
+from kernel_lib.headlines import headline, key_of
 from kernel_lib.records import as_headline, measured, save_records, skipped, with_ratio
-from kernel_lib.report import build_report
+from kernel_lib.report.aggregate import aggregate_records, write_aggregate_run
+from kernel_lib.report.findings import correctness_summary, figure_text, headline_rows
+from kernel_lib.report.gallery import build_gallery
+from kernel_lib.report.pages import build_report, rebuild_reports
+from kernel_lib.report.panels import CEILING_COLOUR, COLOURS, Panel, panels
+from kernel_lib.report.read import report_folders, report_records
 from kernel_lib.timing import Ratio, Timing
 
 T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
 
 
-def _records(facts, speedup: float, *, fp8_runs: bool, dtype: str, tokens: int):
-    at = {"facts": facts, "dtype": dtype, "shape": {"T": tokens, "E": 8}}
-    base = measured("moe", "forward", "dense_gemm", T, flops=8e9, **at)
-    fast = measured("moe", "forward", "dispatch_x", T, flops=4e9, **at)
-    fast = dataclasses.replace(fast, check={"pass": True, "rel_error": 0.0})
+SEED, DENSE = "moe.seed_same_dtype", "moe.forward_vs_dense"  # a ratio; a fraction of a ceiling
+
+
+def _records(facts, speedup: float, *, fp8_runs: bool, dtype: str, tokens: tuple[int, ...]):
+    """moe: at each of `tokens`, dispatch_x declared against the dense GEMM (a ceiling) and
+    dispatch_y against the seed (a ratio); fp8: its linear headline, measured or skipped."""
     ratio = Ratio(speedup, speedup * 0.95, speedup * 1.05, 0.95, 10)
-    moe = [
-        base,
-        as_headline(with_ratio(fast, base, ratio), "best dispatch vs dense GEMM"),
-        as_headline(
-            with_ratio(dataclasses.replace(fast, implementation="dispatch_y"), base, ratio),
-            "best dispatch vs seed",
-        ),
-    ]
+    moe = []
+    for t in tokens:
+        at = {"facts": facts, "dtype": dtype, "shape": {"T": t, "E": 8}}
+        base = measured("moe", "forward", "dense_gemm", T, flops=8e9, **at)
+        fast = measured("moe", "forward", "dispatch_x", T, flops=4e9, **at)
+        fast = dataclasses.replace(fast, check={"pass": True, "rel_error": 0.0})
+        moe += [
+            base,
+            as_headline(with_ratio(fast, base, ratio), DENSE),
+            as_headline(
+                with_ratio(dataclasses.replace(fast, implementation="dispatch_y"), base, ratio),
+                SEED,
+            ),
+        ]
+    at = {"facts": facts, "dtype": dtype, "shape": {"T": tokens[0], "E": 8}}
+    fast = measured("moe", "forward", "dispatch_x", T, flops=4e9, **at)
+    base = measured("moe", "forward", "dense_gemm", T, flops=8e9, **at)
     fp8 = (
-        [as_headline(with_ratio(fast, base, ratio), "fp8 vs bf16")]
+        [as_headline(with_ratio(fast, base, ratio), "fp8.linear_vs_bf16")]
         if fp8_runs
         else [
             as_headline(
-                skipped("fp8", "linear", "fp8", "no FP8 units", facts=facts), "fp8 vs bf16"
+                skipped("fp8", "linear", "fp8", "no FP8 units", facts=facts),
+                "fp8.linear_vs_bf16",
             )
         ]
     )
@@ -77,7 +94,7 @@ def _report(
     *,
     fp8_runs: bool = True,
     dtype: str = "bfloat16",
-    tokens: int = 4096,
+    tokens: tuple[int, ...] = (4096,),
 ) -> Path:
     moe, fp8 = _records(facts, speedup, fp8_runs=fp8_runs, dtype=dtype, tokens=tokens)
     save_records(moe, "moe", folder)
@@ -103,77 +120,192 @@ def _links(page: Path) -> list[str]:
     return re.findall(r'href="([^"]+)"', page.read_text())
 
 
-def _headline_figures(outputs):
-    folders = gallery.report_folders(outputs)
-    rows = [gallery.headline_rows(gallery.report_records(f), f.name) for f in folders]
-    return gallery.headline_figures(pd.concat(rows, ignore_index=True), [f.name for f in folders])
+def _rows(outputs: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Every report's headline rows under `outputs`, as the gallery reads them, and the platforms."""
+    folders = report_folders(outputs)
+    rows = [headline_rows(report_records(f), f.name) for f in folders]
+    return pd.concat(rows, ignore_index=True), [f.name for f in folders]
+
+
+def _panels(outputs: Path) -> dict[str, list[Panel]]:
+    return panels(*_rows(outputs))
+
+
+def _by_key(outputs: Path) -> dict[str, Panel]:
+    found = [p for topic in _panels(outputs).values() for p in topic]
+    assert len({p.key for p in found}) == len(found)  # one panel per key
+    return {p.key: p for p in found}
+
+
+def _ticks(panel: Panel) -> list[str]:
+    return [t.get_text() for t in panel.figure.axes[0].get_yticklabels()]
+
+
+def _colours(panel: Panel) -> list[str]:
+    return [to_hex(bar.get_facecolor()) for bar in panel.figure.axes[0].patches]
 
 
 def test_gallery_lists_every_report_and_its_links_resolve(outputs):
-    index = gallery.build_gallery(outputs)
+    index = build_gallery(outputs)
     text = index.read_text()
-    assert [p.name for p in gallery.report_folders(outputs)] == ["cpu", "h100"]
+    assert [p.name for p in report_folders(outputs)] == ["cpu", "h100"]
     assert 'href="cpu/index.html"' in text and 'href="h100/index.html"' in text
     assert "local" not in re.findall(r'href="([^"/]+)/', text)
     for link in _links(index):
         assert (outputs / link).exists(), link
     assert "abc1234" in text and "Test CPU" in text  # git revision and device of each report
-    assert "2.00x [1.90, 2.10] vs dense_gemm" in text  # headlines side by side
+    assert "2.00x [1.90, 2.10] vs dense_gemm" in text  # headlines side by side: a ratio
+    assert "2.00 [1.90, 2.10] of the dense GEMM pair of the same FLOPs" in text  # a ceiling
     assert "skipped: no FP8 units" in text
-    assert text.count("data:image/png;base64,") == 2  # one figure per topic: moe, fp8
+    assert text.count("data:image/png;base64,") == 3  # one panel per key: 2 moe, 1 fp8
+    assert sorted(re.findall(r'data-key="([^"]+)"', text)) == sorted(
+        ["fp8.linear_vs_bf16", DENSE, SEED]
+    )
 
 
-def test_one_panel_per_headline_one_bar_per_platform(outputs):
-    figures = _headline_figures(outputs)
-    assert sorted(figures) == ["fp8", "moe"]
-    assert len(figures["moe"].axes) == 2 and len(figures["fp8"].axes) == 1
-    moe_panel = figures["moe"].axes[0]
-    assert len(moe_panel.patches) == 2  # a bar for each platform
-    ticks = [t.get_text() for t in moe_panel.get_yticklabels()]
-    assert ticks == ["cpu · bfloat16", "h100 · bfloat16"]  # each bar's dtype
-    assert moe_panel.get_title(loc="left").endswith("· bfloat16 E=8,T=4096")  # all measured so
-    assert any(line.get_xdata()[0] == 1.0 for line in moe_panel.lines)  # the reference line
-    fp8_panel = figures["fp8"].axes[0]
-    assert len(fp8_panel.patches) == 1  # cpu skipped it: a reason in place of its bar
-    assert any("no FP8 units" in t.get_text() for t in fp8_panel.texts)
+def test_one_panel_per_headline_key_one_bar_per_platform(outputs):
+    found = _panels(outputs)
+    assert sorted(found) == ["fp8", "moe"]
+    assert [p.key for p in found["moe"]] == [DENSE, SEED] and len(found["fp8"]) == 1
+    for p in found["moe"]:
+        assert (p.bars, p.platforms) == (2, 2)  # a bar for each platform
+        assert _ticks(p) == ["cpu", "h100"]  # one shape each: the platform names the bar
+        impl = {DENSE: "dispatch_x", SEED: "dispatch_y"}[p.key]
+        assert p.caption == [
+            f"cpu: {impl} bfloat16 E=8,T=4096",
+            f"h100: {impl} bfloat16 E=8,T=4096",
+        ]
+        assert p.figure._suptitle.get_text() == headline(p.key).title  # the declared title
+        assert any(line.get_xdata()[0] == 1.0 for line in p.figure.axes[0].lines)  # line at 1
+    fp8 = found["fp8"][0]
+    assert (fp8.key, fp8.bars, fp8.platforms) == ("fp8.linear_vs_bf16", 1, 1)
+    assert any("no FP8 units" in t.get_text() for t in fp8.figure.axes[0].texts)  # cpu: why
 
 
-def test_a_headline_measured_in_other_dtypes_across_platforms_says_so(tmp_path, cpu_facts):
+def test_a_ratio_is_coloured_by_its_verdict_a_ceiling_is_not(outputs):
+    by_key = _by_key(outputs)
+    rows, _ = _rows(outputs)
+    seed, dense = rows[rows["key"] == SEED], rows[rows["key"] == DENSE]
+    assert set(seed["kind"]) == {"ratio"} and list(seed["verdict"]) == ["slower", "faster"]
+    assert _colours(by_key[SEED]) == [COLOURS["slower"], COLOURS["faster"]]  # cpu 0.8, h100 2
+    assert set(dense["kind"]) == {"ceiling"} and set(dense["verdict"]) == {""}
+    assert set(dense["against"]) == {"the dense GEMM pair of the same FLOPs"}
+    assert _colours(by_key[DENSE]) == [CEILING_COLOUR] * 2  # 0.8 of it is no "slower"
+    assert "fraction of the dense GEMM pair" in by_key[DENSE].figure.axes[0].get_xlabel()
+    assert [figure_text(r) for _, r in dense.iterrows()] == [
+        "0.80 [0.76, 0.84] of the dense GEMM pair of the same FLOPs",
+        "2.00 [1.90, 2.10] of the dense GEMM pair of the same FLOPs",
+    ]
+
+
+def test_a_headline_measured_in_other_dtypes_across_platforms_is_one_panel(tmp_path, cpu_facts):
     root = tmp_path / "outputs"
     _report(root / "h100", cpu_facts, 2.0)
     _report(root / "cpu", cpu_facts, 0.8, dtype="float32")
-    panel = _headline_figures(root)["moe"].axes[0]
-    assert [t.get_text() for t in panel.get_yticklabels()] == ["cpu · float32", "h100 · bfloat16"]
-    assert panel.get_title(loc="left").endswith("(dtypes differ between platforms: see the table)")
-    text = gallery.build_gallery(root).read_text()
+    seed = _by_key(root)[SEED]
+    assert (seed.bars, seed.platforms) == (2, 2) and _ticks(seed) == ["cpu", "h100"]
+    assert seed.caption == [  # each bar's dtype, beside it
+        "cpu: dispatch_y float32 E=8,T=4096",
+        "h100: dispatch_y bfloat16 E=8,T=4096",
+    ]
+    text = build_gallery(root).read_text()
     # the table says it too, with the shape
-    assert "0.80x [0.76, 0.84] vs dense_gemm (slower) · float32 E=8,T=4096" in text
-    assert "2.00x [1.90, 2.10] vs dense_gemm · bfloat16 E=8,T=4096" in text
+    assert (
+        "0.80x [0.76, 0.84] vs dense_gemm (slower)<br><small>dispatch_y float32 E=8,<wbr>T=4096"
+        in text
+    )
+    assert "2.00x [1.90, 2.10] vs dense_gemm<br><small>dispatch_y bfloat16 E=8,<wbr>T=4096" in text
 
 
-def test_a_headline_measured_at_other_shapes_across_platforms_says_so(tmp_path, cpu_facts):
+def test_a_headline_measured_at_other_shapes_across_platforms_is_one_panel(tmp_path, cpu_facts):
     root = tmp_path / "outputs"
-    _report(root / "h100", cpu_facts, 2.0, tokens=16384)
+    _report(root / "h100", cpu_facts, 2.0, tokens=(16384,))
     _report(root / "cpu", cpu_facts, 0.8)
-    panel = _headline_figures(root)["moe"].axes[0]
-    assert panel.get_title(loc="left").endswith("(shapes differ between platforms: see the table)")
-    _report(root / "cpu", cpu_facts, 0.8, dtype="float32")
-    panel = _headline_figures(root)["moe"].axes[0]
-    assert "(dtypes and shapes differ between" in panel.get_title(loc="left")
+    seed = _by_key(root)[SEED]
+    assert (seed.bars, seed.platforms) == (2, 2)
+    assert _ticks(seed) == ["cpu", "h100"]  # each platform's own size: the caption says which
+    assert seed.caption == [
+        "cpu: dispatch_y bfloat16 E=8,T=4096",
+        "h100: dispatch_y bfloat16 E=8,T=16384",
+    ]
+
+
+def test_a_platform_with_several_shapes_of_a_headline_names_them_on_its_bars(tmp_path, cpu_facts):
+    root = tmp_path / "outputs"
+    _report(root / "h100", cpu_facts, 2.0, tokens=(4096, 16384))
+    _report(root / "cpu", cpu_facts, 0.8)
+    by_key = _by_key(root)
+    for key in (SEED, DENSE):
+        assert (by_key[key].bars, by_key[key].platforms) == (3, 2)
+        # only what tells h100's two apart (T), not what they share (E)
+        assert _ticks(by_key[key]) == ["cpu", "h100 T=4096", "h100 T=16384"]
+    text = build_gallery(root).read_text()
+    assert text.count('data-bars="3"') == 2 and text.count("data:image/png;base64,") == 3
+
+
+def test_legacy_labels_of_an_old_report_read_back_as_keys(outputs):
+    """A report written before keys (its results.json and results.csv hold label text) meets a
+    new one in the same panels."""
+    old = {
+        DENSE: "MoE forward: dispatch chosen here vs dense GEMM, same FLOPs (T=4096, D=512)",
+        SEED: "MoE forward: dispatch chosen here vs seed-style, both float32",
+        "fp8.linear_vs_bf16": "FP8 linear (fp8_linear_tensorwise_dynamic) vs bf16 linear, n=1024",
+    }
+    for name in ("moe", "fp8"):
+        path = outputs / "h100" / f"{name}.results.json"
+        saved = json.loads(path.read_text())
+        for row in saved:
+            row["headline"] = old.get(row["headline"], row["headline"])
+        assert any(row["headline"] in old.values() for row in saved)
+        path.write_text(json.dumps(saved))
+    assert set(report_records(outputs / "h100")["headline"].dropna()) == set(old)
+    by_key = _by_key(outputs)
+    assert set(by_key) == set(old)
+    assert all(p.platforms == 2 for k, p in by_key.items() if k != "fp8.linear_vs_bf16")
+    # a report that keeps only its results.csv (outputs/reference) reads its labels as keys too
+    table = outputs / "h100" / "results.csv"
+    frame = pd.read_csv(table).assign(headline=lambda f: f["headline"].map(old))
+    assert set(frame["headline"].dropna()) == set(old.values())
+    frame.to_csv(table, index=False)
+    for path in (outputs / "h100").glob("*.results.json"):
+        path.unlink()
+    assert set(report_records(outputs / "h100")["headline"].dropna()) == set(old)
+    assert all(p.platforms == 2 for k, p in _by_key(outputs).items() if k != "fp8.linear_vs_bf16")
 
 
 def test_each_report_gets_its_plots_correctness_and_notebook_links(outputs):
     index = outputs / "h100" / "index.html"
     text = index.read_text()
     assert "<h2>Headlines</h2>" in text and "data:image/png;base64," in text
-    assert "<h2>Correctness</h2>" in text and "checks passed" in text
+    assert "<summary>Correctness: checks per notebook</summary>" in text  # folded
+    assert "checks passed" in text and "<h2>Correctness</h2>" not in text
+    assert "<details><summary>Environment</summary>" in text
     for link in _links(index):
         assert (index.parent / link).exists(), link
-    summary = gallery.correctness_summary(gallery.report_records(outputs / "cpu"))
+    summary = correctness_summary(report_records(outputs / "cpu"))
     by_notebook = summary.set_index("notebook")
     assert by_notebook.loc["moe", "checks passed"] == 2
     assert by_notebook.loc["fp8", "skipped"] == 1
-    assert 'class="scroll"' in text and "overflow-x:auto" in text  # wide tables scroll
+    assert 'class="scroll"' in text and "overflow-wrap:break-word" in text  # wide tables wrap
+
+
+def test_summary_lists_the_headlines_one_per_line_by_notebook(outputs):
+    summary = (outputs / "cpu" / "SUMMARY.md").read_text()
+    headlines_md = summary.split("## Headlines\n\n", 1)[1].split("\n## ", 1)[0]
+    sections = {
+        block.split("\n", 1)[0]: block.split("\n\n", 1)[1].strip().splitlines()
+        for block in headlines_md.split("### ")[1:]
+    }  # one "### <notebook>" each, a line per headline
+    assert sections == {
+        "moe": [
+            "- MoE forward: dispatch chosen here / dense GEMM: 0.80 [0.76, 0.84] of the dense "
+            "GEMM pair of the same FLOPs (dispatch_x bfloat16 E=8,T=4096)",
+            "- MoE forward: dispatch chosen here vs seed-style, both fp32: 0.80x [0.76, 0.84] vs "
+            "dense_gemm (slower) (dispatch_y bfloat16 E=8,T=4096)",
+        ],
+        "fp8": ["- FP8 linear vs bf16 linear: skipped: no FP8 units"],
+    }
+    assert "| headlines" not in summary  # the notebooks table has no headlines column
 
 
 def test_report_command_rebuilds_from_records(outputs, capsys):
@@ -213,5 +345,51 @@ def test_repeated_report_aggregates_the_runs(tmp_path, cpu_facts):
     for link in _links(out / "index.html"):
         assert (out / link).exists(), link
     assert "run-2/moe.html" in (out / "SUMMARY.md").read_text()
-    gallery.build_gallery(out.parent)
+    build_gallery(out.parent)
     assert "<td>2</td>" in (out.parent / "index.html").read_text()  # its runs
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "outputs"
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """outputs/cpu and outputs/h100 as committed, rebuilt (reports and gallery) in a copy."""
+    root = tmp_path_factory.mktemp("committed") / "outputs"
+    for platform in ("cpu", "h100"):
+        shutil.copytree(COMMITTED / platform, root / platform)
+    rebuild_reports(outputs=root)
+    build_gallery(root)
+    return root
+
+
+def test_committed_headlines_of_both_platforms_meet_in_one_panel(committed):
+    rows, platforms = _rows(committed)
+    assert platforms == ["cpu", "h100"]
+    ok = rows[rows["status"] == "ok"]
+    both = sorted(k for k, mine in ok.groupby("key") if set(mine["platform"]) == {"cpu", "h100"})
+    assert len(both) >= 6 and {DENSE, SEED, "backend.bf16_gemm_vs_fp32"} <= set(both)
+    found = [p for topic in panels(rows, platforms).values() for p in topic]
+    gallery = (committed / "index.html").read_text()
+    for key in both:
+        (panel,) = [p for p in found if p.key == key]  # one panel, whatever each one's shape
+        assert panel.platforms == 2 and panel.bars == (ok["key"] == key).sum() >= 2, key
+        ticks = _ticks(panel)
+        assert {t.split()[0] for t in ticks} == {"cpu", "h100"}, key  # a bar of each platform
+        assert len(set(ticks)) == len(ticks), ticks  # bars told apart
+        assert gallery.count(f'data-key="{key}"') == 1, key
+
+
+def test_committed_headline_labels_all_map_to_declared_keys():
+    """Every headline a committed report carries, as saved (a key, or a label of a report written
+    before keys), is a declared key or maps to one."""
+    found = set()
+    for path in COMMITTED.glob("*/*.results.json"):
+        found |= {r["headline"] for r in json.loads(path.read_text()) if r.get("headline")}
+    for path in COMMITTED.glob("*/results.csv"):
+        table = pd.read_csv(path, low_memory=False)
+        if "headline" in table:
+            found |= set(table["headline"].dropna())
+    assert len(found) >= 10
+    unmapped = sorted(label for label in found if headline(key_of(label)) is None)
+    assert unmapped == []

@@ -1,5 +1,6 @@
 """Every parameter's range and meaning is declared once, in its config class: the `params` command
-shows them beside each notebook's own declaration, and README's section is that command's output."""
+shows them beside each notebook's own declaration, and docs/parameters.md holds that command's output
+(README links to it)."""
 
 import dataclasses
 import importlib
@@ -39,16 +40,22 @@ def test_param_and_describe():
     ]
 
 
-def test_readme_section_is_the_commands_output(capsys):
+def test_the_parameters_doc_is_the_commands_output(capsys):
     assert cli.main(["params", "--markdown"]) == 0
     out = capsys.readouterr().out
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "parameters.md").read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     block = text.split(BEGIN, 1)[1].split(END, 1)[0]
     assert block.strip() == out.strip(), (
-        "README's parameter tables are stale: paste the output of "
+        "docs/parameters.md's tables are stale: paste the output of "
         "`python -m kernel_lib params --markdown` between its params markers"
     )
+
+
+def test_the_readme_links_the_parameters_doc_and_holds_no_copy():
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/parameters.md)" in readme
+    assert BEGIN not in readme and END not in readme and "| `moe_top_k`" not in readme
 
 
 def test_params_lists_each_notebook_with_its_ranges(capsys):

@@ -93,9 +93,23 @@ def test_fraction_of_peak_above_one_is_flagged(cpu_facts):
 
 def test_headline_needs_a_figure_against_something(cpu_facts):
     plain = measured("t", "c", "i", timing(1.0), facts=cpu_facts, flops=1e9)
+    key = "fp8.quantize_vs_copy"
     with pytest.raises(ValueError, match="no ratio or fraction"):
-        as_headline(plain, "a ceiling alone is never a headline")
-    assert as_headline(with_peak(plain, 2.0, basis="b"), "x vs ceiling").headline == "x vs ceiling"
+        as_headline(plain, key)  # a ceiling alone is never a headline
+    assert as_headline(with_peak(plain, 2.0, basis="b"), key).headline == key
+
+
+def test_a_headline_is_declared_by_its_key(cpu_facts):
+    fast = with_peak(
+        measured("t", "c", "i", timing(1.0), facts=cpu_facts, flops=1e9), 2.0, basis="b"
+    )
+    with pytest.raises(ValueError, match="not declared in kernel_lib.headlines"):
+        as_headline(fast, "x vs ceiling")  # free text is no key
+    with pytest.raises(ValueError, match="not declared"):
+        as_headline(fast, "flex.causal_vs_sdpa")  # a template needs its field
+    assert as_headline(fast, "flex.causal_vs_sdpa.bfloat16").headline == (
+        "flex.causal_vs_sdpa.bfloat16"
+    )  # a template's field filled in
 
 
 def test_record_id_names_every_part_and_stamp_refuses_duplicates(cpu_facts):

@@ -7,13 +7,15 @@ from kernel_lib.records import (
     as_headline,
     measured,
     save_records,
+    shape_text,
     skipped,
     to_frame,
     to_frame_with_verdict,
     with_peak,
     with_ratio,
 )  # fmt: skip
-from kernel_lib.report import build_report, headlines, shape_text
+from kernel_lib.report.findings import headline_rows, headlines
+from kernel_lib.report.pages import build_report
 from kernel_lib.timing import Ratio, Timing
 
 T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
@@ -71,7 +73,7 @@ def test_headlines_of_nothing_measured(cpu_facts):
     assert headlines(to_frame([skipped("t", "c", "i", "no GPU", facts=cpu_facts)])) == []
 
 
-def _declared(cpu_facts):
+def _declared(cpu_facts, key="moe.seed_same_dtype"):
     dense = measured(
         "moe", "forward", "dense_gemm", T, facts=cpu_facts, dtype="bfloat16", flops=8e9
     )
@@ -79,16 +81,27 @@ def _declared(cpu_facts):
         "moe", "forward", "dispatch_x", T, facts=cpu_facts, dtype="bfloat16", flops=4e9
     )
     ratio = Ratio(0.9, 0.85, 0.95, 0.95, 10)
-    return dense, as_headline(with_ratio(fast, dense, ratio), "best dispatch vs dense GEMM")
+    return dense, as_headline(with_ratio(fast, dense, ratio), key)
 
 
 def test_only_declared_headlines_are_shown(cpu_facts):
     dense, fast = _declared(cpu_facts)
     lines = headlines(to_frame_with_verdict([dense, fast]))
     assert lines == [
-        "best dispatch vs dense GEMM: 0.90x [0.85, 0.95] vs dense_gemm (slower) "
-        "(dispatch_x bfloat16)"
-    ]  # the faster dense ceiling is not a headline
+        "MoE forward: dispatch chosen here vs seed-style, both fp32: 0.90x [0.85, 0.95] vs "
+        "dense_gemm (slower) (dispatch_x bfloat16)"
+    ]  # its declared title, figure, baseline, verdict; the faster dense one is not a headline
+
+
+def test_a_ceiling_headline_is_a_fraction_of_its_ceiling_without_verdict(cpu_facts):
+    dense, fast = _declared(cpu_facts, "moe.forward_vs_dense")
+    (row,) = headline_rows(to_frame_with_verdict([dense, fast]), "cpu").to_dict("records")
+    assert (row["key"], row["kind"], row["verdict"]) == ("moe.forward_vs_dense", "ceiling", "")
+    assert row["against"] == "the dense GEMM pair of the same FLOPs"
+    assert headlines(to_frame_with_verdict([dense, fast])) == [
+        "MoE forward: dispatch chosen here / dense GEMM: 0.90 [0.85, 0.95] of the dense GEMM "
+        "pair of the same FLOPs (dispatch_x bfloat16)"
+    ]  # not "x", not "vs", no "(slower)": it can at best reach its ceiling
 
 
 def test_headline_shape_may_hold_text(cpu_facts):
@@ -114,16 +127,19 @@ def test_headline_inside_the_noise_says_so(cpu_facts):
 
 def test_headline_over_its_ceiling_is_a_measurement_problem(cpu_facts):
     fast = measured("moe", "forward", "dispatch_x", T, facts=cpu_facts, flops=8e9)
-    fast = as_headline(with_peak(fast, 1.0, basis="dense"), "vs dense")
-    assert "measurement problem" in headlines(to_frame_with_verdict([fast]))[0]
+    fast = as_headline(with_peak(fast, 1.0, basis="dense"), "fp8.quantize_vs_copy")
+    (line,) = headlines(to_frame_with_verdict([fast]))
+    assert "measurement problem" in line and " of dense " in line  # its basis: a fraction of it
 
 
 def test_skipped_headline_says_why(cpu_facts):
     rec = as_headline(
         skipped("fp8", "linear", "fp8_linear", "emulated: never timed", facts=cpu_facts),
-        "fp8 vs bf16",
+        "fp8.linear_vs_bf16",
     )
-    assert headlines(to_frame([rec])) == ["fp8 vs bf16: skipped: emulated: never timed"]
+    assert headlines(to_frame([rec])) == [
+        "FP8 linear vs bf16 linear: skipped: emulated: never timed"
+    ]
 
 
 def test_flagged_records_are_listed_in_the_index(tmp_path, cpu_facts):

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from kernel_lib import __main__ as cli
-from kernel_lib import outdir, params, report, runner
+from kernel_lib import outdir, params, runner
 from kernel_lib.params import ROOT, load_plan
 
 
@@ -165,7 +165,7 @@ def read_only_report(folder):
 
 @pytest.mark.parametrize(
     "target, name, fault",
-    [(runner.shutil, "copytree", full_copy), (report, "build_report", read_only_report)],
+    [(runner.shutil, "copytree", full_copy), (runner, "build_report", read_only_report)],
 )
 def test_a_disk_error_is_one_line_and_leaves_the_previous_report(
     run, out, monkeypatch, target, name, fault

@@ -198,7 +198,7 @@ def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, write_notebook):
     assert row["run_ids"] == " ".join(f"run-{i + 1}:{r.run_id}" for i, r in enumerate(results))
     index = (out / "index.html").read_text()
     assert 'href="run-1/timed.html"' in index and 'href="run-2/timed.html"' in index
-    assert "Records across runs" in index and "<h2>Correctness</h2>" in index
+    assert "Records across runs" in index and "Correctness: checks per notebook" in index
     assert 'href="p/index.html"' in (out.parent / "index.html").read_text()  # the gallery
     runner.run_repeated(plan, out, 1, progress=False)  # back to one run: today's layout
     assert not list(out.glob("run-*")) and (out / "timed.html").exists()

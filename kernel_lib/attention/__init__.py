@@ -6,7 +6,6 @@ from kernel_lib.attention.baselines import (
     flash_attention,
     sdpa_attention,
 )
-from kernel_lib.attention.bench import suite
 from kernel_lib.attention.checks import TOLERANCES
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import (
@@ -18,6 +17,7 @@ from kernel_lib.attention.flex import (
     flex_attention_flash,
 )
 from kernel_lib.attention.patterns import PATTERNS, Pattern, PatternConfig, build_pattern
+from kernel_lib.attention.plan import suite
 from kernel_lib.attention.reference import (
     attention_reference,
     dense_bias,

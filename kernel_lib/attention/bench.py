@@ -23,7 +23,6 @@ import torch
 from tqdm import tqdm
 
 from kernel_lib import records as rec
-from kernel_lib.attention import bench_decode, bench_gym
 from kernel_lib.attention.baselines import (
     SDPA_BACKENDS,
     attention_naive,
@@ -52,8 +51,9 @@ from kernel_lib.attention.shapes import (
     make_qkv,
 )
 from kernel_lib.checks import Unsupported
+from kernel_lib.headlines import key as headline_key
 from kernel_lib.measure import Candidate, Case, compare, with_baseline
-from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.platform import DeviceFacts
 from kernel_lib.variants import choose
 
 TOPIC = "attention"
@@ -65,7 +65,7 @@ NAIVE = "attention_naive"
 PLAIN = "attention_naive_compiled"  # the plain comparator of the tuned flex
 FORWARD, BACKWARD, FIRST_CALL = "forward", "forward_backward", "first_call"
 COLD_COMPILE = "cold_compile"  # a first call in a fresh process with an empty Inductor cache
-HEADLINE = "flex causal forward vs best SDPA backend"
+HEADLINE = "flex.causal_vs_sdpa.{dtype}"  # kernel_lib.headlines
 
 
 def raise_unsupported(reason: str):
@@ -350,7 +350,7 @@ def time_patterns(
             flex_flash=config.name == "causal",
             progress=progress,
         )
-    out = [mark_headline(r, f"{HEADLINE} ({cfg.dtype})") for r in out]
+    out = [mark_headline(r, headline_key(HEADLINE, dtype=cfg.dtype)) for r in out]
     first = cfg.pattern("causal" if "causal" in cfg.patterns else cfg.patterns[0])
     return out + backward_case(cfg, first, facts=facts, variant=variant, progress=progress)
 
@@ -379,18 +379,18 @@ def time_causal_dtypes(
             flex_flash=True,
             progress=progress,
         )
-        out += tuning + [mark_headline(r, f"{HEADLINE} ({dtype})") for r in timed]
+        out += tuning + [mark_headline(r, headline_key(HEADLINE, dtype=dtype)) for r in timed]
     return out
 
 
 def mark_headline(
-    record: rec.Record, title: str, *, case: str = "causal", implementation: str = FLEX
+    record: rec.Record, key: str, *, case: str = "causal", implementation: str = FLEX
 ) -> rec.Record:
     """`record` declared the headline `title` if it is `implementation`'s forward of `case` with
     a ratio to show (or one that did not run: its reason is the headline), else unchanged."""
     subject = (record.case, record.implementation, record.mode) == (case, implementation, FORWARD)
     if subject and (record.status != "ok" or record.ratio_vs_baseline is not None):
-        return rec.as_headline(record, title)
+        return rec.as_headline(record, key)
     return record
 
 
@@ -471,24 +471,6 @@ def seq_sweep(
             progress=progress,
         )
     return out
-
-
-def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
-    """The notebook's measurements in its order: flex variants, patterns (+ backward), causal
-    in other dtypes, windows, lengths, decode and paged KV, MLA / temporal heads / activations, the cold
-    compile."""
-    cfg = AttentionConfig.from_params(params)
-    facts = device_facts()
-    variant, out = tune_flex(cfg, facts=facts, progress=progress)
-    out += time_patterns(cfg, facts=facts, variant=variant, progress=progress)
-    out += time_causal_dtypes(cfg, facts=facts, progress=progress)
-    out += window_sweep(cfg, facts=facts, variant=variant, progress=progress)
-    out += seq_sweep(cfg, facts=facts, variant=variant, progress=progress)
-    out += bench_decode.inference(cfg, facts=facts, variant=variant, progress=progress)
-    out += bench_gym.gym_kernels(
-        cfg, facts=facts, block_size=variant.block_size, progress=progress
-    )
-    return out + cold_compile_case(cfg, facts=facts, variant=variant)
 
 
 def cold_compile_case(

@@ -44,8 +44,8 @@ from kernel_lib.platform import DeviceFacts
 FLEX = "flex_attention_compiled"  # bench.FLEX (bench imports this module)
 FLEX_PAGED = "flex_attention_compiled_paged"
 FLEX_GATHERED = "flex_attention_compiled_gathered"  # gather the pages, then the contiguous call
-DECODE_HEADLINE = "flex GQA decode vs best SDPA backend"
-PAGED_HEADLINE = "flex paged KV vs flex on a contiguous cache"
+DECODE_HEADLINE = "flex.gqa_decode_vs_sdpa"  # kernel_lib.headlines
+PAGED_HEADLINE = "flex.paged_vs_contiguous"
 
 
 def decode_shapes(cfg: AttentionConfig) -> dict[str, DecodeShape]:

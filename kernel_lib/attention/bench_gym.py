@@ -1,12 +1,14 @@
 """Benchmarks of attention-gym's families that have their own flex call: multi-head latent
-attention (mla.py), Sparse VideoGen's spatial/temporal heads (temporal_heads.py) and attention
-with an activation instead of softmax (activation.py). Each candidate is checked against its fp64
-reference at the timed shape (all query rows up to reference.FULL_CHECK_MAX_SEQ_LEN, a fixed
-sample above), then timed interleaved (`measure.compare`); returns records only.
+attention (mla.py), Sparse VideoGen's spatial/temporal heads (temporal_heads.py), attention
+with an activation instead of softmax (activation.py), JetSpec's draft tree and draft training
+masks (Lq != Lk: jetspec.py, rectangular.py) and video sparse attention (its block mask chosen
+from the data: vsa.py). Each candidate is checked against its fp64 reference at the timed shape
+(all query rows up to reference.FULL_CHECK_MAX_SEQ_LEN, a fixed sample above), then timed
+interleaved (`measure.compare`); returns records only.
 
-Legend: B batch, H heads, S sequence length, D head dim; MLA's letters in mla.py. Ratios are over
-the fastest SDPA backend that runs the case, or over the naive materialised attention where
-SDPA cannot express it (activation attention).
+Legend: B batch, H heads, S sequence length, D head dim, Lq / Lk query / key lengths; MLA's
+letters in mla.py. Ratios are over the fastest SDPA backend that runs the case, or over the
+naive materialised attention where SDPA cannot express it (activation attention).
 """
 
 from __future__ import annotations
@@ -16,21 +18,26 @@ from functools import partial
 import pandas as pd
 
 from kernel_lib import records as rec
-from kernel_lib.attention import activation, bench, mla, temporal_heads
+from kernel_lib.attention import activation, bench, mla, temporal_heads, vsa
 from kernel_lib.attention.baselines import SDPA_BACKENDS, sdpa_attention
 from kernel_lib.attention.checks import rows_check
 from kernel_lib.attention.config import GYM_KERNELS, AttentionConfig
+from kernel_lib.attention.patterns import SPEC_PATTERNS
 from kernel_lib.attention.plain import check_score_memory
+from kernel_lib.attention.rectangular import block_sparsity, flex_rectangular
 from kernel_lib.attention.reference import (
     activation_reference,
     attention_reference,
+    dense_mask,
     mask_block_sparsity,
     mla_reference,
     output_rows,
+    reference_output,
     reference_rows,
     temporal_heads_mask,
+    vsa_reference,
 )
-from kernel_lib.attention.shapes import attention_flops, make_qkv
+from kernel_lib.attention.shapes import AttentionShape, attention_flops, make_qkv
 from kernel_lib.measure import Candidate, Case, compare, with_baseline
 from kernel_lib.platform import DeviceFacts
 
@@ -38,6 +45,7 @@ FLEX_MLA = "flex_mla"
 FLEX_MLA_ABSORBED = "flex_mla_absorbed"
 FLEX_TEMPORAL_HEADS = "flex_temporal_heads"
 FLEX_ACTIVATION = "flex_activation"
+FLEX_VSA = "flex_vsa"
 NAIVE_ACTIVATION = "activation_naive"
 
 
@@ -128,6 +136,20 @@ def _naive_masked(q, k, v, mask):
     return attention_reference(q, k, v, mask=mask, compute_dtype=q.dtype)
 
 
+def _masked_candidates(q, k, v, mask, check, flops: float) -> list[Candidate]:
+    """Every SDPA backend with `mask` as its attn_mask, and naive under it (mask: bool, (Lq, Lk)
+    or (1, H, Lq, Lk), on q's device)."""
+    kwargs = {"attn_mask": mask}
+    candidates = [
+        Candidate(
+            b, partial(sdpa_attention, q, k, v, backend=b, sdpa_kwargs=kwargs), check, flops=flops
+        )
+        for b in SDPA_BACKENDS
+    ]
+    naive = partial(_naive_masked, q, k, v, mask)
+    return candidates + [Candidate(bench.NAIVE, naive, check, flops=flops)]
+
+
 def time_temporal_heads(
     cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
 ) -> list[rec.Record]:
@@ -158,15 +180,7 @@ def time_temporal_heads(
             metrics={"block_size": block_size, "block_sparsity_%": sparsity},
         )
     ]
-    kwargs = {"attn_mask": mask[None].to(q.device)}
-    candidates += [
-        Candidate(
-            b, partial(sdpa_attention, q, k, v, backend=b, sdpa_kwargs=kwargs), check, flops=pairs
-        )
-        for b in SDPA_BACKENDS
-    ]
-    naive = partial(_naive_masked, q, k, v, mask.to(q.device))
-    candidates.append(Candidate(bench.NAIVE, naive, check, flops=pairs))
+    candidates += _masked_candidates(q, k, v, mask[None].to(q.device), check, pairs)
     this = Case(
         bench.TOPIC, "temporal_heads", {**shape.as_dict(), **layout.as_dict()}, shape.dtype,
         bench.FORWARD,
@@ -213,7 +227,94 @@ def time_activations(
     return bench.with_metrics(out, section="activation")
 
 
-SECTIONS = {"mla": time_mla, "temporal_heads": time_temporal_heads, "activation": time_activations}
+def time_jetspec(
+    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+) -> list[rec.Record]:
+    """Forward of JetSpec's draft tree and draft training masks: attn_jetspec_q_len draft
+    queries over attn_seq_len keys (the context, then the drafts), at the pattern sections' B,
+    H, D and dtype: compiled flex (an (Lq, Lk) BlockMask), every SDPA backend with the (Lq, Lk)
+    bool mask, and naive; checked against the fp64 reference of the mask built from its
+    definition; section `jetspec`."""
+    shape = cfg.shape()
+    Lq, Lk = cfg.jetspec_q_len, shape.seq_len
+    queries = AttentionShape(shape.batch, shape.heads, Lq, shape.head_dim, shape.dtype)
+    q = make_qkv(queries, device=facts.device, seed=0)[0]
+    _, k, v = make_qkv(shape, device=facts.device, seed=0)
+    rows = reference_rows(Lq)
+    sizes = {"batch": shape.batch, "heads": shape.heads, "q_len": Lq, "kv_len": Lk}
+    sizes["head_dim"] = shape.head_dim
+    out = []
+    for name in SPEC_PATTERNS:
+        config = cfg.pattern(name)
+        mask = dense_mask(config, Lq, Lk).to(q.device)
+        check = rows_check(
+            lambda config=config: reference_output(q, k, v, config, rows=rows),
+            rows,
+            name=name,
+            dtype=shape.dtype,
+        )
+        pairs = float(mask.sum()) * shape.batch * shape.heads * shape.head_dim * 4.0
+        tiles = {
+            "block_size": block_size,
+            "block_sparsity_%": block_sparsity(
+                config, Lq, Lk, block_size=block_size, device=facts.device
+            ),
+        }
+        flex = partial(flex_rectangular, q, k, v, config, block_size=block_size)
+        candidates = [Candidate(bench.FLEX, flex, check, flops=pairs, metrics=tiles)]
+        candidates += _masked_candidates(q, k, v, mask, check, pairs)
+        this = Case(bench.TOPIC, name, sizes, shape.dtype, bench.FORWARD)
+        out += bench.vs_best_sdpa(
+            compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, name))
+        )
+    return bench.with_metrics(out, section="jetspec", q_len=Lq, kv_len=Lk)
+
+
+def time_vsa(
+    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+) -> list[rec.Record]:
+    """Forward of video sparse attention at the pattern sections' shape, tiles of `block_size`
+    tokens, each query tile keeping k = vsa.kept_tiles(S, block_size, attn_vsa_keep) key tiles:
+    every timed call runs the coarse pass on its inputs, then compiled flex over a BlockMask of
+    the chosen tiles, or each SDPA backend and naive over them as a (B, H, S, S) bool mask;
+    checked against the fp64 reference (its own pooling and choice); section `vsa`."""
+    shape = cfg.shape()
+    q, k, v = make_qkv(shape, device=facts.device, seed=0)
+    S, tile = shape.seq_len, block_size
+    top_k = vsa.kept_tiles(S, tile, cfg.vsa_keep)
+    rows = reference_rows(S)
+    check = rows_check(
+        lambda: vsa_reference(q, k, v, tile=tile, top_k=top_k, rows=rows),
+        rows,
+        name="VSA",
+        dtype=shape.dtype,
+    )
+    chosen = vsa.select_tiles(q, k, tile=tile, top_k=top_k)
+    pairs = vsa.attended_pairs(chosen, S, tile) * shape.head_dim * 4.0
+    tiles = -(-S // tile)
+    metrics = {"block_size": tile, "block_sparsity_%": 100.0 * (1.0 - top_k / tiles)}
+    choice = {"tile": tile, "top_k": top_k}
+    calls = {
+        FLEX_VSA: partial(vsa.flex_vsa, q, k, v, **choice),
+        **{b: partial(vsa.sdpa_vsa, q, k, v, **choice, backend=b) for b in SDPA_BACKENDS},
+        bench.NAIVE: partial(vsa.naive_vsa, q, k, v, **choice),
+    }
+    candidates = [
+        Candidate(name, call, check, flops=pairs, metrics=metrics if name == FLEX_VSA else {})
+        for name, call in calls.items()
+    ]
+    this = Case(bench.TOPIC, "vsa", {**shape.as_dict(), **choice}, shape.dtype, bench.FORWARD)
+    out = compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case))
+    return bench.with_metrics(bench.vs_best_sdpa(out), section="vsa")
+
+
+SECTIONS = {
+    "mla": time_mla,
+    "temporal_heads": time_temporal_heads,
+    "activation": time_activations,
+    "jetspec": time_jetspec,
+    "vsa": time_vsa,
+}
 assert tuple(SECTIONS) == GYM_KERNELS, "a gym kernel without its section"
 
 

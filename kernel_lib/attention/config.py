@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from kernel_lib.attention.activation import ACTIVATIONS
 from kernel_lib.attention.flex import FlexVariant, valid_block_size
-from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS, PatternConfig
+from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS, SPEC_PATTERNS, PatternConfig
 from kernel_lib.attention.reference import CHUNK_BYTES, FULL_CHECK_MAX_SEQ_LEN
 from kernel_lib.attention.shapes import AttentionShape
 from kernel_lib.config import (
@@ -29,7 +29,7 @@ from kernel_lib.measure import MIN_ROUNDS
 DTYPES = ("float32", "bfloat16", "float16")
 PREFIX = "attn_"  # of the notebook parameters, named in every error
 # attention-gym families with their own flex call (not registry patterns): bench_gym.py
-GYM_KERNELS = ("mla", "temporal_heads", "activation")
+GYM_KERNELS = ("mla", "temporal_heads", "activation", "jetspec", "vsa")
 
 
 def _tiles(length: int, block: int) -> int:
@@ -54,9 +54,9 @@ class AttentionConfig:
     )
     dtype: str = param("float32", f"input dtype; one of {', '.join(DTYPES)}")
     patterns: tuple[str, ...] = param(
-        tuple(p for p in PATTERNS if p not in GYM_PATTERNS),
+        tuple(p for p in PATTERNS if p not in GYM_PATTERNS + SPEC_PATTERNS),
         "patterns checked and timed, in order; a non-empty list of registered names "
-        "(default: all but the attention-gym families of gym_patterns)",
+        "(default: all but the attention-gym families of gym_patterns and gym_kernels' jetspec)",
     )
     window: int = param(
         128, f"band half-width of the window patterns (tokens); 0 < window <= {PREFIX}seq_len"
@@ -127,8 +127,8 @@ class AttentionConfig:
     gym_kernels: tuple[str, ...] = param(
         GYM_KERNELS,
         "attention-gym families outside the pattern registry, checked and timed in their own "
-        "section (flex compiles: mla 2, temporal_heads 1, activation 1 per activation); a "
-        f"non-empty list among {', '.join(GYM_KERNELS)}",
+        "section (flex compiles: mla 2, temporal_heads 1, activation 1 per activation, jetspec 2, "
+        f"vsa 1); a non-empty list among {', '.join(GYM_KERNELS)}",
     )
     mla_kv_lora_rank: int = param(
         128, "MLA: C, the latent width the KV cache holds (DeepSeek-V3: 512); an int > 0"
@@ -148,6 +148,16 @@ class AttentionConfig:
     )
     temporal_width: int = param(
         2, "temporal heads: window width in frames (Sparse VideoGen's width); an int > 0"
+    )
+    jetspec_q_len: int = param(
+        64,
+        f"JetSpec: Lq draft tokens (tree nodes; training positions) over {PREFIX}seq_len keys "
+        f"(the context, then the drafts); 0 < q_len <= {PREFIX}seq_len",
+    )
+    vsa_keep: float = param(
+        0.125,
+        "VSA: share of key tiles each query tile keeps (k = ceil(keep x tiles), at least 1; "
+        "1/8 is the paper's 87.5 % sparsity); 0 < keep <= 1",
     )
     activations: tuple[str, ...] = param(
         tuple(ACTIVATIONS),
@@ -285,6 +295,15 @@ class AttentionConfig:
             self.temporal_frames,
             f"<= {p}seq_len - {p}prefix_len = {self.seq_len - self.prefix_len}",
         )
+        positive(self.jetspec_q_len, p + "jetspec_q_len")
+        require(  # only when the JetSpec cases run
+            "jetspec" not in self.gym_kernels or self.jetspec_q_len <= self.seq_len,
+            p + "jetspec_q_len",
+            self.jetspec_q_len,
+            f"<= {p}seq_len={self.seq_len}",
+        )
+        positive(self.vsa_keep, p + "vsa_keep")
+        require(self.vsa_keep <= 1, p + "vsa_keep", self.vsa_keep, "0 < keep <= 1")
         for name in ("upcast", "cold_compile"):
             value = getattr(self, name)
             require(isinstance(value, bool), p + name, value, "True or False")
@@ -328,6 +347,9 @@ class AttentionConfig:
             self._decode_bytes(self.cross_q_len, self.cross_kv_len),
             ("cross_q_len", "cross_kv_len", *decode),
         ))  # fmt: skip
+        if "vsa" in self.gym_kernels:  # its SDPA mask: a (B, H, S, S) bool from the data
+            B, H, S = self.batch, self.heads, self.seq_len
+            cases.append((self._case_bytes(S) + B * H * S * S, ("batch", "heads", "seq_len")))
         if "mla" in self.gym_kernels:
             mla = ("mla_kv_lora_rank", "mla_nope_dim", "mla_rope_dim", "mla_v_dim")
             cases.append((self._mla_bytes(), (*mla, "batch", "heads", "seq_len", "dtype")))

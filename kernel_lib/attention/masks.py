@@ -3,8 +3,9 @@
 Legend: B batch, H heads, S sequence length, D head dim; q_idx and kv_idx are token positions.
 Numbers a pattern depends on (window, prefix length, document ids) are captured as tensors, so a
 new value gives a new block mask but not a new compiled kernel (the FlexAttention blog's advice).
-attention-gym `attn_gym/masks/` has causal, sliding window, prefix-LM, document, global+local and
-Sparse VideoGen's spatial / temporal heads (svg.py).
+attention-gym `attn_gym/masks/` has causal, sliding window, prefix-LM, document, global+local,
+Sparse VideoGen's spatial / temporal heads (svg.py), NATTEN in three token orders and JetSpec's
+draft tree and draft training masks.
 """
 
 from __future__ import annotations
@@ -131,6 +132,43 @@ def grid_neighbourhood(volume: Tensor, extents: tuple[Tensor, ...], radius: Tens
         return allowed
 
     return grid_neighbourhood_mask
+
+
+def reordered(mask: MaskMod, position: Tensor) -> MaskMod:
+    """`mask` over positions with the tokens in another order: token t sits at position[t];
+    position: (S,) int, a permutation."""
+
+    def reordered_mask(b, h, q_idx, kv_idx):
+        return mask(b, h, position[q_idx], position[kv_idx])
+
+    return reordered_mask
+
+
+def draft_tree(context_len: Tensor, enter: Tensor, leave: Tensor) -> MaskMod:
+    """Tree attention over Lq draft tokens after `context_len` context keys: every draft sees the
+    context, and key context_len + a when draft a is the query or one of its ancestors, i.e. the
+    query's depth-first visit time lies within a's: enter[a] <= enter[q] < leave[a]. enter,
+    leave: (Lq,) int (jetspec.visit_times)."""
+
+    def draft_tree_mask(b, h, q_idx, kv_idx):
+        node = (kv_idx - context_len).clamp(min=0)
+        ancestor = (enter[node] <= enter[q_idx]) & (enter[q_idx] < leave[node])
+        return (kv_idx < context_len) | ancestor
+
+    return draft_tree_mask
+
+
+def draft_blocks(context_len: Tensor, draft_len: Tensor, anchors: Tensor) -> MaskMod:
+    """Drafter training over `context_len` context keys then the drafts, in blocks of
+    `draft_len`: a draft of block q // draft_len sees the context up to its block's anchor and
+    the earlier drafts of its own block. anchors: (blocks,) int, each < context_len."""
+
+    def draft_blocks_mask(b, h, q_idx, kv_idx):
+        block, draft = q_idx // draft_len, kv_idx - context_len
+        own_block = (draft >= 0) & (draft <= q_idx) & (draft // draft_len == block)
+        return (kv_idx <= anchors[block]) | own_block
+
+    return draft_blocks_mask
 
 
 def block_diffusion(half: Tensor, block_len: Tensor) -> MaskMod:

@@ -74,8 +74,11 @@ def combine(*mods: ScoreMod) -> ScoreMod:
 
 
 def sandwich_table(seq_len: int, dim: int, device: torch.device | str = "cpu") -> Tensor:
-    """Sandwich bias by offset: sum_i cos(|q - kv| / 10000^(2i / dim)), i < dim / 2, indexed by
-    q - kv + S - 1; (2S - 1,) fp32 (Chi et al. 2023, arXiv 2212.10356)."""
+    """Sandwich bias by offset: sum_i cos(|q - kv| / 10000^(2i / dim)), i = 0 .. dim/2 - 1,
+    indexed by q - kv + S - 1; (2S - 1,) fp32 (Chi et al. 2023, arXiv 2212.10356). The range is
+    that of the dot product p_m . p_n of Vaswani et al.'s sinusoidal embeddings (PE(pos, 2i),
+    i from 0), which Sandwich keeps as its bias; attention-gym sums the same, NeMo's
+    SandwichRelativePositionEmbedding i = 1 .. dim/2 (each frequency one step lower)."""
     freqs = 10000.0 ** (-2.0 * torch.arange(dim // 2, dtype=torch.float32, device=device) / dim)
     offsets = torch.arange(1 - seq_len, seq_len, dtype=torch.float32, device=device).abs()
     return torch.cos(offsets[:, None] * freqs).sum(dim=-1)
@@ -100,3 +103,15 @@ def graph_spatial_bias(table: Tensor, distances: Tensor) -> ScoreMod:
         return score + table[h, distances[q_idx, kv_idx]]
 
     return graph_spatial_score
+
+
+def graph_edge_bias(table: Tensor, shares: Tensor) -> ScoreMod:
+    """Graphormer edge encoding: the mean over the q -> kv path's edges of table[h, edge type],
+    as sum_k shares[k, q, kv] * table[h, k]; table: (H, K), shares: (K, S, S) (graph.py)."""
+
+    def graph_edge_score(score, b, h, q_idx, kv_idx):
+        for kind in range(shares.shape[0]):
+            score = score + shares[kind, q_idx, kv_idx] * table[h, kind]
+        return score
+
+    return graph_edge_score

@@ -1,10 +1,13 @@
 """The pattern registry: each attention pattern is one `Pattern`, registered once in PATTERNS.
 
-Legend: B batch, H heads, S sequence length, D head dim; R query rows of a (row-sampled) check.
+Legend: B batch, H heads, S sequence length, D head dim; R query rows of a (row-sampled) check;
+Lq, Lk query and key lengths (S = Lq = Lk but for the `rectangular` patterns, whose queries are
+the last Lq of Lk positions).
 A pattern carries both of its forms: what flex runs (mask_mod / score_mod builders, from the
-primitives in masks.py and mods.py) and its dense reference (an (S, S) mask built from matrix
-diagonals and slices, an additive (H, R, S) bias), plus how SDPA and FlashAttention express it.
-Adding a pattern is one `Pattern(...)` in REGISTERED below and its test.
+primitives in masks.py and mods.py) and its dense reference (an (Lq, Lk) mask built from matrix
+diagonals, slices and plain loops over its definition, an additive (H, R, Lk) fp64 bias), plus how
+SDPA and FlashAttention express it. Adding a pattern is one `Pattern(...)` in REGISTERED below and
+its test.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from kernel_lib.attention import graph, masks, mods
+from kernel_lib.attention import graph, jetspec, masks, mods
 
 
 @dataclass(frozen=True)
@@ -34,13 +37,14 @@ class PatternConfig:
     num_global: int = 16  # global_local: leading tokens that attend / are attended everywhere
     softcap: float = 20.0  # softcap: the cap (Gemma-2 uses 50 on logits of larger models)
     max_distance: int = 128  # relative_position_bias: table covers offsets -M..M, clamped beyond
-    seed: int = 0  # relative_position_bias: seeds the learned-table stand-in
-    grid_width: int = 32  # neighbourhood_2d, sliding_tiles_*: tokens per image row (row-major)
+    seed: int = 0  # seeds the stand-ins: learned tables, graphs, draft trees, anchors
+    grid_width: int = 32  # neighbourhood_2d, natten_*, sliding_tiles_*: tokens per image row
     grid_height: int = 16  # sliding_tiles_3d: token rows per video frame
-    tile_size: int = 4  # sliding_tiles_*: tile edge in tokens (tokens ordered tile by tile)
+    tile_size: int = 4  # sliding_tiles_*, natten_tiled: tile edge in tokens (tile-major order)
     radius: int = 2  # neighbourhood (tokens) / sliding tiles (tiles) each side of the centre
     block_len: int = 64  # block_diffusion: diffusion block length (tokens)
     sandwich_dim: int = 128  # sandwich: d-bar, the sinusoid dimension (the paper's 128)
+    draft_len: int = 8  # jetspec_training: draft tokens per anchor
 
     def __post_init__(self):
         if self.name not in PATTERNS:
@@ -54,6 +58,7 @@ class PatternConfig:
             "grid_height",
             "tile_size",
             "block_len",
+            "draft_len",
         ):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field}={getattr(self, field)} must be >= 1")
@@ -72,11 +77,14 @@ class PatternConfig:
         return PATTERNS[self.name]
 
 
-MaskBuilder = Callable[[PatternConfig, int, str], masks.MaskMod]  # (config, S, device)
-ScoreBuilder = Callable[[PatternConfig, int, int, str], mods.ScoreMod]  # (config, H, S, device)
-DenseMask = Callable[[PatternConfig, int], Tensor]  # (config, S) -> (S, S) bool
-# (config, H, offsets j - i: (R, S)) -> (H, R, S)
-DenseBias = Callable[[PatternConfig, int, Tensor], Tensor]
+# Every form takes Lq and Lk; a pattern that is not `rectangular` is only ever given Lq = Lk
+# (check_lengths) and reads its S from Lk.
+MaskBuilder = Callable[[PatternConfig, int, int, str], masks.MaskMod]  # (config, Lq, Lk, device)
+# (config, H, Lq, Lk, device)
+ScoreBuilder = Callable[[PatternConfig, int, int, int, str], mods.ScoreMod]
+DenseMask = Callable[[PatternConfig, int, int], Tensor]  # (config, Lq, Lk) -> (Lq, Lk) bool
+# (config, H, query rows (R,), Lk) -> (H, R, Lk) fp64
+DenseBias = Callable[[PatternConfig, int, Tensor, int], Tensor]
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,19 @@ class Pattern:
     softcapped: bool = False  # the score_mod is config.softcap * tanh(score / cap), not a bias
     is_causal: bool = False  # the mask is exactly causal with no score_mod: SDPA's is_causal flag
     flash: Callable[[PatternConfig], dict] | None = None  # FlashAttention kwargs; None: no form
+    rectangular: bool = False  # defined for Lq <= Lk (else S x S only)
+
+
+def check_lengths(config: PatternConfig, q_len: int, kv_len: int) -> None:
+    """ValueError unless Lq, Lk >= 1 and Lq = Lk (Lq <= Lk for a rectangular pattern)."""
+    if q_len < 1 or kv_len < 1:
+        raise ValueError(f"seq_len={q_len} and kv_len={kv_len} must be >= 1")
+    if config.pattern.rectangular and q_len > kv_len:
+        raise ValueError(f"{config.name}: seq_len={q_len} must be <= kv_len={kv_len}")
+    if not config.pattern.rectangular and q_len != kv_len:
+        raise ValueError(
+            f"{config.name} is defined on S x S: seq_len={q_len} must equal kv_len={kv_len}"
+        )
 
 
 def band(seq_len: int, below: int, above: int) -> Tensor:
@@ -99,15 +120,20 @@ def band(seq_len: int, below: int, above: int) -> Tensor:
     return ones.tril(diagonal=above) & ones.triu(diagonal=-below)
 
 
-def _full(config: PatternConfig, seq_len: int) -> Tensor:
+def _offsets(rows: Tensor, kv_len: int) -> Tensor:
+    """(R, Lk) key minus query position j - i of query `rows`."""
+    return torch.arange(kv_len, device=rows.device)[None, :] - rows[:, None]
+
+
+def _full(config: PatternConfig, _, seq_len: int) -> Tensor:
     return torch.ones(seq_len, seq_len, dtype=torch.bool)
 
 
-def _causal(config: PatternConfig, seq_len: int) -> Tensor:
+def _causal(config: PatternConfig, _, seq_len: int) -> Tensor:
     return band(seq_len, seq_len, 0)
 
 
-def _causal_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+def _causal_mod(config: PatternConfig, _, seq_len: int, device: str) -> masks.MaskMod:
     return masks.causal()
 
 
@@ -126,24 +152,24 @@ def document_lengths(config: PatternConfig, seq_len: int) -> tuple[int, ...]:
     return (base,) * (count - 1) + (seq_len - base * (count - 1),)
 
 
-def _document_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+def _document_mod(config: PatternConfig, _, seq_len: int, device: str) -> masks.MaskMod:
     lengths = torch.tensor(document_lengths(config, seq_len), device=device)
     ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
     return masks.all_of(masks.causal(), masks.same_document(ids))
 
 
-def _document(config: PatternConfig, seq_len: int) -> Tensor:
+def _document(config: PatternConfig, _, seq_len: int) -> Tensor:
     blocks = [torch.ones(n, n, dtype=torch.bool) for n in document_lengths(config, seq_len)]
     return torch.block_diag(*blocks) & band(seq_len, seq_len, 0)
 
 
-def _prefix_lm(config: PatternConfig, seq_len: int) -> Tensor:
+def _prefix_lm(config: PatternConfig, _, seq_len: int) -> Tensor:
     mask = band(seq_len, seq_len, 0)
     mask[:, : config.prefix_len] = True
     return mask
 
 
-def _dilated(config: PatternConfig, seq_len: int) -> Tensor:
+def _dilated(config: PatternConfig, _, seq_len: int) -> Tensor:
     mask = torch.zeros(seq_len, seq_len, dtype=torch.bool)
     reach = min(config.window * config.dilation, seq_len - 1)
     for distance in range(0, reach + 1, config.dilation):
@@ -151,24 +177,24 @@ def _dilated(config: PatternConfig, seq_len: int) -> Tensor:
     return mask
 
 
-def _global_local_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+def _global_local_mod(config: PatternConfig, _, seq_len: int, device: str) -> masks.MaskMod:
     return masks.any_of(
         masks.sliding_window(_index(config.window, device)),
         masks.global_tokens(_index(config.num_global, device)),
     )
 
 
-def _global_local(config: PatternConfig, seq_len: int) -> Tensor:
+def _global_local(config: PatternConfig, _, seq_len: int) -> Tensor:
     mask = band(seq_len, config.window, config.window)
     mask[: config.num_global, :] = True
     mask[:, : config.num_global] = True
     return mask
 
 
-def _alibi_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
+def _alibi_bias(config: PatternConfig, num_heads: int, rows: Tensor, seq_len: int) -> Tensor:
     slopes = [2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)]
-    slopes = torch.tensor(slopes, dtype=torch.float64, device=offsets.device)
-    return slopes[:, None, None] * offsets[None]
+    slopes = torch.tensor(slopes, dtype=torch.float64, device=rows.device)
+    return slopes[:, None, None] * _offsets(rows, seq_len)[None]
 
 
 def relative_position_table(config: PatternConfig, num_heads: int, device="cpu") -> Tensor:
@@ -178,10 +204,10 @@ def relative_position_table(config: PatternConfig, num_heads: int, device="cpu")
     return table.to(device)
 
 
-def _relative_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
-    table = relative_position_table(config, num_heads, offsets.device).double()
+def _relative_bias(config: PatternConfig, num_heads: int, rows: Tensor, seq_len: int) -> Tensor:
+    table = relative_position_table(config, num_heads, rows.device).double()
     M = config.max_distance
-    return table[:, offsets.clamp(-M, M) + M]
+    return table[:, _offsets(rows, seq_len).clamp(-M, M) + M]
 
 
 def grid_geometry(config: PatternConfig, seq_len: int, axes: int) -> tuple[int, tuple[int, ...]]:
@@ -201,7 +227,7 @@ def grid_geometry(config: PatternConfig, seq_len: int, axes: int) -> tuple[int, 
 
 
 def _neighbourhood_mod(axes: int) -> MaskBuilder:
-    def build(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+    def build(config: PatternConfig, _, seq_len: int, device: str) -> masks.MaskMod:
         volume, extents = grid_geometry(config, seq_len, axes)
         return masks.grid_neighbourhood(
             _index(volume, device),
@@ -214,9 +240,11 @@ def _neighbourhood_mod(axes: int) -> MaskBuilder:
 
 def _neighbourhood(axes: int) -> DenseMask:
     """The reference: each query cell's window as explicit coordinate ranges, expanded to
-    tokens."""
+    tokens. Its window is clamped inside the canvas on each axis by that axis's own extent
+    (attention-gym's generate_natten clamps the row with the canvas width and the column with
+    its height: right on square canvases only)."""
 
-    def dense(config: PatternConfig, seq_len: int) -> Tensor:
+    def dense(config: PatternConfig, _, seq_len: int) -> Tensor:
         volume, extents = grid_geometry(config, seq_len, axes)
         cells = math.ceil(seq_len / volume)
         coords = list(itertools.islice(itertools.product(*map(range, extents)), cells))
@@ -236,6 +264,72 @@ def _neighbourhood(axes: int) -> DenseMask:
     return dense
 
 
+def _spread_bits(x: Tensor) -> Tensor:
+    """Bit b of x (< 2^32) moved to bit 2b."""
+    for shift, keep in (
+        (16, 0x0000FFFF0000FFFF),
+        (8, 0x00FF00FF00FF00FF),
+        (4, 0x0F0F0F0F0F0F0F0F),
+        (2, 0x3333333333333333),
+        (1, 0x5555555555555555),
+    ):
+        x = (x | x << shift) & keep
+    return x
+
+
+def token_pixels(config: PatternConfig, seq_len: int, order: str) -> Tensor:
+    """(S,) the row-major pixel of each token when neighbourhood_2d's pixels (the first S of a
+    grid_width-wide canvas) are numbered in `order`: "tiled", tile by tile (tile_size squares,
+    row-major, row-major inside each) or "morton", along the Z curve (the bits of row and
+    column interleaved, the column's lowest)."""
+    pixel = torch.arange(seq_len)
+    row, col = pixel // config.grid_width, pixel % config.grid_width
+    if order == "tiled":
+        t = config.tile_size
+        tile = (row // t) * math.ceil(config.grid_width / t) + col // t
+        key = tile * t * t + (row % t) * t + col % t
+    else:
+        key = _spread_bits(col) | _spread_bits(row) << 1
+    return pixel[key.argsort()]
+
+
+def _natten_order_mod(order: str) -> MaskBuilder:
+    def build(config: PatternConfig, _, seq_len: int, device: str) -> masks.MaskMod:
+        natten = _neighbourhood_mod(1)(config, seq_len, seq_len, device)
+        return masks.reordered(natten, token_pixels(config, seq_len, order).to(device))
+
+    return build
+
+
+def _pixel_order(config: PatternConfig, seq_len: int, order: str) -> list[int]:
+    """token_pixels by a plain sort: tiled keys as (tile row, tile column, row, column in the
+    tile), Morton codes built bit by bit."""
+    t = config.tile_size
+
+    def tiled(row: int, col: int) -> tuple[int, ...]:
+        return row // t, col // t, row % t, col % t
+
+    def morton(row: int, col: int) -> int:
+        code = 0
+        for bit in range(max(row, col).bit_length()):
+            code |= ((col >> bit) & 1) << (2 * bit) | ((row >> bit) & 1) << (2 * bit + 1)
+        return code
+
+    key = tiled if order == "tiled" else morton
+    return sorted(range(seq_len), key=lambda pixel: key(*divmod(pixel, config.grid_width)))
+
+
+def _natten_order(order: str) -> DenseMask:
+    """The reference: neighbourhood_2d's, rows and columns renumbered in `order` (attention-gym's
+    generate_tiled_natten / generate_morton_natten: the same neighbourhoods, another order)."""
+
+    def dense(config: PatternConfig, _, seq_len: int) -> Tensor:
+        pixels = _pixel_order(config, seq_len, order)
+        return _neighbourhood(1)(config, seq_len, seq_len)[pixels][:, pixels]
+
+    return dense
+
+
 def shared_prefix_ids(config: PatternConfig, seq_len: int) -> Tensor:
     """(S,) document id: 0 for the shared prefix, 1..n for its n continuations (equal split)."""
     prefix = min(config.prefix_len, seq_len)
@@ -245,7 +339,7 @@ def shared_prefix_ids(config: PatternConfig, seq_len: int) -> Tensor:
     return torch.repeat_interleave(torch.arange(count + 1), torch.tensor(lengths))
 
 
-def _shared_prefix_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+def _shared_prefix_mod(config: PatternConfig, _, seq_len: int, device: str) -> masks.MaskMod:
     ids = shared_prefix_ids(config, seq_len).to(device)
     prefix = _index(min(config.prefix_len, seq_len), device)
     return masks.all_of(
@@ -253,7 +347,7 @@ def _shared_prefix_mod(config: PatternConfig, seq_len: int, device: str) -> mask
     )
 
 
-def _shared_prefix(config: PatternConfig, seq_len: int) -> Tensor:
+def _shared_prefix(config: PatternConfig, _, seq_len: int) -> Tensor:
     ids = shared_prefix_ids(config, seq_len)
     counts = torch.bincount(ids).tolist()
     mask = torch.block_diag(*(torch.ones(n, n, dtype=torch.bool) for n in counts))
@@ -261,11 +355,11 @@ def _shared_prefix(config: PatternConfig, seq_len: int) -> Tensor:
     return mask & band(seq_len, seq_len, 0)
 
 
-def _block_diffusion_mod(config: PatternConfig, seq_len: int, device: str) -> masks.MaskMod:
+def _block_diffusion_mod(config: PatternConfig, _, seq_len: int, device: str) -> masks.MaskMod:
     return masks.block_diffusion(_index(seq_len // 2, device), _index(config.block_len, device))
 
 
-def _block_diffusion(config: PatternConfig, seq_len: int) -> Tensor:
+def _block_diffusion(config: PatternConfig, _, seq_len: int) -> Tensor:
     """Quadrants: noised-noised block diagonal, noised-clean strictly earlier blocks,
     clean-clean block lower triangle, clean-noised empty."""
     half, L = seq_len // 2, config.block_len
@@ -281,34 +375,49 @@ def _block_diffusion(config: PatternConfig, seq_len: int) -> Tensor:
 
 
 def sandwich_slopes(num_heads: int, device="cpu") -> Tensor:
-    """Per-head scale H / (8 (h + 1)) of the sandwich bias (ALiBi's compression ratios)."""
+    """Per-head scale H / (8 (h + 1)) of the sandwich bias (ALiBi's compression ratios), fp32."""
     return num_heads / (8.0 * torch.arange(1, num_heads + 1, dtype=torch.float32, device=device))
 
 
-def _sandwich_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
-    i = torch.arange(config.sandwich_dim // 2, dtype=torch.float64, device=offsets.device)
+def _sandwich_bias(config: PatternConfig, num_heads: int, rows: Tensor, seq_len: int) -> Tensor:
+    """fp64 throughout: H / (8 (h + 1)) times sum_i cos(|j - i| / 10000^(2i / d)), i = 0 ..
+    d/2 - 1 (mods.sandwich_table's range)."""
+    slopes = [num_heads / (8.0 * (h + 1)) for h in range(num_heads)]
+    slopes = torch.tensor(slopes, dtype=torch.float64, device=rows.device)
+    i = torch.arange(config.sandwich_dim // 2, dtype=torch.float64, device=rows.device)
     freqs = 10000.0 ** (-2.0 * i / config.sandwich_dim)
-    distance = offsets.abs()  # one cosine sum per distance, not an (R, S, d/2) tensor
-    table = torch.cos(
-        torch.arange(int(distance.max()) + 1, device=offsets.device)[:, None] * freqs
-    )
-    bias = table.sum(dim=-1)[distance]
-    return sandwich_slopes(num_heads, offsets.device).double()[:, None, None] * bias[None]
+    distance = _offsets(rows, seq_len).abs()  # one cosine sum per distance, not (R, S, d/2)
+    table = torch.cos(torch.arange(int(distance.max()) + 1, device=rows.device)[:, None] * freqs)
+    return slopes[:, None, None] * table.sum(dim=-1)[distance][None]
 
 
-def _graphormer_mod(config: PatternConfig, num_heads: int, seq_len: int, device: str):
+def _graphormer_mod(config: PatternConfig, num_heads: int, _, seq_len: int, device: str):
     distances = graph.shortest_paths(seq_len, config.seed, config.max_distance).to(device)
     table = graph.spatial_bias_table(num_heads, config.max_distance, config.seed, device)
     return mods.graph_spatial_bias(table, distances)
 
 
-def _graphormer_bias(config: PatternConfig, num_heads: int, offsets: Tensor) -> Tensor:
-    """Bias of query rows q = -offsets[:, 0] (offsets are kv - q over every key)."""
-    seq_len = offsets.shape[1]
-    rows = -offsets[:, 0].cpu()
-    distances = graph.shortest_paths_reference(seq_len, config.seed, config.max_distance)[rows]
+def _graphormer_bias(config: PatternConfig, num_heads: int, rows: Tensor, seq_len: int) -> Tensor:
+    distances = graph.shortest_paths_reference(seq_len, config.seed, config.max_distance)
     table = graph.spatial_bias_table(num_heads, config.max_distance, config.seed).double()
-    return table[:, distances].to(offsets.device)
+    return table[:, distances[rows.cpu()]].to(rows.device)
+
+
+def _graphormer_edges_mod(config: PatternConfig, num_heads: int, _, seq_len: int, device: str):
+    shares = graph.path_edge_shares(seq_len, config.seed).to(device)
+    return mods.graph_edge_bias(graph.edge_bias_table(num_heads, config.seed, device), shares)
+
+
+def _graphormer_edges_bias(
+    config: PatternConfig, num_heads: int, rows: Tensor, seq_len: int
+) -> Tensor:
+    """The mean of table[h, type] over the path's edges: counts of each type walked by
+    graph.path_edge_counts_reference, over the Floyd-Warshall hop count (0 for i = j)."""
+    counts = graph.path_edge_counts_reference(seq_len, config.seed)[:, rows.cpu()].double()
+    hops = graph.shortest_paths_reference(seq_len, config.seed, seq_len)[rows.cpu()]
+    table = graph.edge_bias_table(num_heads, config.seed).double()
+    bias = torch.einsum("hk,krs->hrs", table, counts) / hops.clamp(min=1)
+    return bias.to(rows.device)
 
 
 REGISTERED = (
@@ -317,29 +426,33 @@ REGISTERED = (
     Pattern("causal", _causal, _causal_mod, is_causal=True, flash=lambda c: {"causal": True}),
     Pattern(
         "sliding_window",
-        lambda c, S: band(S, c.window, c.window),
-        lambda c, S, dev: masks.sliding_window(_index(c.window, dev)),
+        lambda c, _, S: band(S, c.window, c.window),
+        lambda c, _, S, dev: masks.sliding_window(_index(c.window, dev)),
         flash=lambda c: {"window_size": (c.window, c.window)},
     ),
     Pattern(  # Mistral-style causal band
         "causal_sliding_window",
-        lambda c, S: band(S, c.window, 0),
-        lambda c, S, dev: masks.causal_sliding_window(_index(c.window, dev)),
+        lambda c, _, S: band(S, c.window, 0),
+        lambda c, _, S, dev: masks.causal_sliding_window(_index(c.window, dev)),
         flash=lambda c: {"causal": True, "window_size": (c.window, 0)},
     ),
-    Pattern("prefix_lm", _prefix_lm, lambda c, S, dev: masks.prefix_lm(_index(c.prefix_len, dev))),
+    Pattern(
+        "prefix_lm",
+        _prefix_lm,
+        lambda c, _, S, dev: masks.prefix_lm(_index(c.prefix_len, dev)),
+    ),
     Pattern("document", _document, _document_mod),  # causal within each packed document
     Pattern(  # causal + ALiBi bias
         "alibi",
         _causal,
         _causal_mod,
-        lambda c, H, S, dev: mods.alibi(mods.alibi_slopes(H, dev)),
+        lambda c, H, _, S, dev: mods.alibi(mods.alibi_slopes(H, dev)),
         _alibi_bias,
     ),
     Pattern(
         "relative_position_bias",
         _full,
-        score_mod=lambda c, H, S, dev: mods.relative_position_bias(
+        score_mod=lambda c, H, _, S, dev: mods.relative_position_bias(
             relative_position_table(c, H, dev), c.max_distance
         ),
         dense_bias=_relative_bias,
@@ -348,14 +461,14 @@ REGISTERED = (
         "softcap",
         _causal,
         _causal_mod,
-        lambda c, H, S, dev: mods.softcap(c.softcap),
+        lambda c, H, _, S, dev: mods.softcap(c.softcap),
         softcapped=True,
         flash=lambda c: {"causal": True, "softcap": c.softcap},
     ),
     Pattern(
         "dilated",
         _dilated,
-        lambda c, S, dev: masks.dilated_window(_index(c.window, dev), _index(c.dilation, dev)),
+        lambda c, _, S, dev: masks.dilated_window(_index(c.window, dev), _index(c.dilation, dev)),
     ),
     # Longformer: bidirectional window + global tokens
     Pattern("global_local", _global_local, _global_local_mod),
@@ -363,6 +476,9 @@ REGISTERED = (
 # attention-gym's further families, run in their own section (each is one more flex compile)
 GYM_REGISTERED = (
     Pattern("neighbourhood_2d", _neighbourhood(1), _neighbourhood_mod(1)),  # NATTEN
+    # NATTEN with the tokens numbered tile by tile / along the Z curve (token_pixels)
+    Pattern("natten_tiled", _natten_order("tiled"), _natten_order_mod("tiled")),
+    Pattern("natten_morton", _natten_order("morton"), _natten_order_mod("morton")),
     Pattern("sliding_tiles_2d", _neighbourhood(2), _neighbourhood_mod(2)),  # STA, images
     Pattern("sliding_tiles_3d", _neighbourhood(3), _neighbourhood_mod(3)),  # STA, video
     # one causal prompt, continuations that see all of it and themselves causally
@@ -370,18 +486,42 @@ GYM_REGISTERED = (
     Pattern("block_diffusion", _block_diffusion, _block_diffusion_mod),  # BD3-LM training
     # nodes of a seeded small-world graph, biased by hop distance (max_distance: M)
     Pattern("graphormer", _full, score_mod=_graphormer_mod, dense_bias=_graphormer_bias),
+    # the same graph, biased by the types of the edges on the path (Graphormer's edge encoding)
+    Pattern(
+        "graphormer_edges",
+        _full,
+        score_mod=_graphormer_edges_mod,
+        dense_bias=_graphormer_edges_bias,
+    ),
     Pattern(  # causal + sandwich bias
         "sandwich",
         _causal,
         _causal_mod,
-        lambda c, H, S, dev: mods.sandwich(
+        lambda c, H, _, S, dev: mods.sandwich(
             mods.sandwich_table(S, c.sandwich_dim, dev), sandwich_slopes(H, dev)
         ),
         _sandwich_bias,
     ),
 )
+# JetSpec's speculative-decoding masks: Lq drafts over the context and themselves (jetspec.py),
+# run in bench_gym's `jetspec` section
+SPEC_REGISTERED = (
+    Pattern(
+        "jetspec_tree",
+        lambda c, Lq, Lk: jetspec.tree_reference(Lq, Lk, c.seed),
+        lambda c, Lq, Lk, dev: jetspec.tree_mask_mod(Lq, Lk, c.seed, dev),
+        rectangular=True,
+    ),
+    Pattern(
+        "jetspec_training",
+        lambda c, Lq, Lk: jetspec.training_reference(Lq, Lk, c.draft_len, c.seed),
+        lambda c, Lq, Lk, dev: jetspec.training_mask_mod(Lq, Lk, c.draft_len, c.seed, dev),
+        rectangular=True,
+    ),
+)
 GYM_PATTERNS = tuple(p.name for p in GYM_REGISTERED)
-REGISTERED += GYM_REGISTERED
+SPEC_PATTERNS = tuple(p.name for p in SPEC_REGISTERED)
+REGISTERED += GYM_REGISTERED + SPEC_REGISTERED
 PATTERNS: dict[str, Pattern] = {p.name: p for p in REGISTERED}
 assert len(PATTERNS) == len(REGISTERED), "two patterns share a name"
 
@@ -395,37 +535,47 @@ class FlexMods(NamedTuple):
 
 
 def build_pattern(
-    config: PatternConfig, *, seq_len: int, num_heads: int, device: torch.device | str
+    config: PatternConfig,
+    *,
+    seq_len: int,
+    num_heads: int,
+    device: torch.device | str,
+    kv_len: int | None = None,
 ) -> FlexMods:
-    """The mask_mod / score_mod pair of `config` for sequences of S tokens and H heads."""
-    if seq_len < 1:
-        raise ValueError(f"seq_len={seq_len} must be >= 1")
+    """The mask_mod / score_mod pair of `config` for Lq = seq_len queries over Lk = kv_len keys
+    (default: seq_len) and H heads."""
+    kv_len = seq_len if kv_len is None else kv_len
+    check_lengths(config, seq_len, kv_len)
     pattern, device = config.pattern, str(device)
-    mask_mod = pattern.mask_mod(config, seq_len, device) if pattern.mask_mod else None
-    score_mod = (
-        pattern.score_mod(config, num_heads, seq_len, device) if pattern.score_mod else None
-    )
+    mask_mod = pattern.mask_mod(config, seq_len, kv_len, device) if pattern.mask_mod else None
+    score_mod = None
+    if pattern.score_mod:
+        score_mod = pattern.score_mod(config, num_heads, seq_len, kv_len, device)
     return FlexMods(config.name, mask_mod, score_mod)
 
 
 def materialise(
-    config: PatternConfig, *, seq_len: int, num_heads: int
+    config: PatternConfig, *, seq_len: int, num_heads: int, kv_len: int | None = None
 ) -> tuple[Tensor, Tensor | None]:
-    """What flex sees, evaluated densely on CPU: ((S, S) bool mask, (H, S, S) bias or None).
+    """What flex sees, evaluated densely on CPU: ((Lq, Lk) bool mask, (H, Lq, Lk) bias or None),
+    Lq = seq_len, Lk = kv_len (default: seq_len).
 
     Calls the pattern's own mask_mod/score_mod on broadcast index grids (for pictures and for
     testing the mods against the independently built dense references).
     """
-    flex_mods = build_pattern(config, seq_len=seq_len, num_heads=num_heads, device="cpu")
+    kv_len = seq_len if kv_len is None else kv_len
+    flex_mods = build_pattern(
+        config, seq_len=seq_len, num_heads=num_heads, device="cpu", kv_len=kv_len
+    )
     q_idx = torch.arange(seq_len)[:, None]
-    kv_idx = torch.arange(seq_len)[None, :]
+    kv_idx = torch.arange(kv_len)[None, :]
     zero = torch.tensor(0)
-    mask = torch.ones(seq_len, seq_len, dtype=torch.bool)
+    mask = torch.ones(seq_len, kv_len, dtype=torch.bool)
     if flex_mods.mask_mod is not None:
-        mask = flex_mods.mask_mod(zero, zero, q_idx, kv_idx).expand(seq_len, seq_len).clone()
+        mask = flex_mods.mask_mod(zero, zero, q_idx, kv_idx).expand(seq_len, kv_len).clone()
     if flex_mods.score_mod is None or config.pattern.softcapped:  # soft-capping is not a bias
         return mask, None
-    zeros = torch.zeros(seq_len, seq_len, dtype=torch.float64)
+    zeros = torch.zeros(seq_len, kv_len, dtype=torch.float64)
     heads = [
         flex_mods.score_mod(zeros, zero, torch.tensor(h), q_idx, kv_idx) for h in range(num_heads)
     ]

@@ -1,7 +1,8 @@
 """Dense references: a pattern's mask and bias as matrices (from its registry entry), naive
 attention over them, and the fp64 oracles of outputs and gradients that every check uses.
 
-Legend: B batch, H heads, S sequence length, D head dim; R query rows of a row-sampled check.
+Legend: B batch, H heads, S sequence length, D head dim; R query rows of a row-sampled check;
+Lq, Lk query and key lengths (both S but for patterns.py's rectangular patterns).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from kernel_lib.attention.patterns import PatternConfig
+from kernel_lib.attention.patterns import PatternConfig, check_lengths
 
 # Above this S, forward checks compare a fixed sample of query rows (an fp64 B*H*S*S score
 # matrix at S=8192, B=4, H=16 would be 34 GB).
@@ -20,9 +21,12 @@ FULL_CHECK_MAX_SEQ_LEN = 1024
 CHUNK_BYTES = 2**30
 
 
-def dense_mask(config: PatternConfig, seq_len: int) -> Tensor:
-    """(S, S) bool, True where query i may attend key j."""
-    return config.pattern.dense_mask(config, seq_len)
+def dense_mask(config: PatternConfig, seq_len: int, kv_len: int | None = None) -> Tensor:
+    """(Lq, Lk) bool, True where query i may attend key j; Lq = seq_len, Lk = kv_len (default
+    seq_len)."""
+    kv_len = seq_len if kv_len is None else kv_len
+    check_lengths(config, seq_len, kv_len)
+    return config.pattern.dense_mask(config, seq_len, kv_len)
 
 
 def dense_bias(
@@ -33,13 +37,16 @@ def dense_bias(
     rows: Tensor | None = None,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
+    kv_len: int | None = None,
 ) -> Tensor | None:
-    """(H, S, S) additive bias before softmax (or (H, R, S) for query `rows`), None if none."""
+    """(H, Lq, Lk) additive bias before softmax (or (H, R, Lk) for query `rows`), None if none;
+    Lq = seq_len, Lk = kv_len (default seq_len)."""
     if config.pattern.dense_bias is None:
         return None
+    kv_len = seq_len if kv_len is None else kv_len
+    check_lengths(config, seq_len, kv_len)
     queries = torch.arange(seq_len, device=device) if rows is None else rows.to(device)
-    offsets = torch.arange(seq_len, device=device)[None, :] - queries[:, None]  # j - i: (R, S)
-    return config.pattern.dense_bias(config, num_heads, offsets).to(dtype)
+    return config.pattern.dense_bias(config, num_heads, queries, kv_len).to(dtype)
 
 
 def rounded_bias(
@@ -50,12 +57,13 @@ def rounded_bias(
     dtype: torch.dtype,
     *,
     device: torch.device | str = "cpu",
+    kv_len: int | None = None,
 ) -> Tensor | None:
     """dense_bias in `dtype` (mask: the pattern's, on `device`), each query row first shifted by
     its largest attended value: softmax ignores a per-row shift, and bf16 would round sandwich's
     diagonal biases near 128 in steps of 0.5 (~5 % error at S=8192). Unshifted under a soft-cap,
     which does not commute with a shift."""
-    bias = dense_bias(config, seq_len, num_heads, device=device)
+    bias = dense_bias(config, seq_len, num_heads, device=device, kv_len=kv_len)
     if bias is None or dense_softcap(config) is not None:
         return None if bias is None else bias.to(dtype)
     top = bias.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
@@ -67,20 +75,22 @@ def dense_softcap(config: PatternConfig) -> float | None:
     return config.softcap if config.pattern.softcapped else None
 
 
-def dense_block_sparsity(config: PatternConfig, seq_len: int, block_size: int) -> float:
-    """Percent of (query block, key block) tiles with no attended pair, from the dense mask:
-    what flex's BlockMask should skip."""
-    return mask_block_sparsity(dense_mask(config, seq_len), block_size)
+def dense_block_sparsity(
+    config: PatternConfig, seq_len: int, block_size: int, kv_len: int | None = None
+) -> float:
+    """Percent of (query block, key block) tiles with no attended pair, from the dense mask
+    (Lq = seq_len, Lk = kv_len, default seq_len): what flex's BlockMask should skip."""
+    return mask_block_sparsity(dense_mask(config, seq_len, kv_len), block_size)
 
 
 def mask_block_sparsity(mask: Tensor, block_size: int) -> float:
-    """Percent of tiles of a (..., S, S) bool mask (over every leading index, e.g. heads) with
+    """Percent of tiles of a (..., Lq, Lk) bool mask (over every leading index, e.g. heads) with
     no attended pair."""
-    S, lead = mask.shape[-1], mask.shape[:-2]
-    tiles = math.ceil(S / block_size)
-    padded = torch.zeros(*lead, tiles * block_size, tiles * block_size, dtype=torch.bool)
-    padded[..., :S, :S] = mask
-    visited = padded.view(*lead, tiles, block_size, tiles, block_size).any(dim=(-3, -1))
+    (Lq, Lk), lead = mask.shape[-2:], mask.shape[:-2]
+    rows, cols = math.ceil(Lq / block_size), math.ceil(Lk / block_size)
+    padded = torch.zeros(*lead, rows * block_size, cols * block_size, dtype=torch.bool)
+    padded[..., :Lq, :Lk] = mask
+    visited = padded.view(*lead, rows, block_size, cols, block_size).any(dim=(-3, -1))
     return 100.0 * (1.0 - float(visited.sum()) / visited.numel())
 
 
@@ -96,8 +106,8 @@ def attention_reference(
 ) -> Tensor:
     """softmax(cap(q k^T / sqrt(D) + bias) masked) v with the full (B, H, R, S) score matrix.
 
-    q: (B, H, R, D) (R = S, or a subset of query rows), k, v: (B, H, S, D); mask: (R, S) bool;
-    bias: (H, R, S). Computed in `compute_dtype` (fp64: the oracle; the input dtype: the naive
+    q: (B, H, R, D) (R = Lq, or a subset of query rows), k, v: (B, H, Lk, D); mask: (R, Lk)
+    bool, or (B, H, R, Lk) for a mask per batch and head; bias: (H, R, Lk). Computed in `compute_dtype` (fp64: the oracle; the input dtype: the naive
     materialised-scores baseline); returns compute_dtype.
     """
     qc, kc, vc = (t.to(compute_dtype) for t in (q, k, v))
@@ -126,25 +136,26 @@ def output_rows(out: Tensor, rows: Tensor | None) -> Tensor:
     return out if rows is None else out[..., rows.to(out.device), :]
 
 
-def _row_chunks(q: Tensor, rows: Tensor | None) -> list[Tensor]:
-    """Query rows in chunks whose fp64 (B, H, rows, S) scores stay under CHUNK_BYTES."""
-    B, H, S, _ = q.shape
-    rows = torch.arange(S) if rows is None else rows.cpu()
-    per_chunk = max(1, CHUNK_BYTES // (8 * B * H * S))
+def _row_chunks(q: Tensor, k: Tensor, rows: Tensor | None) -> list[Tensor]:
+    """Query rows in chunks whose fp64 (B, H, rows, Lk) scores stay under CHUNK_BYTES."""
+    B, H, Lq, _ = q.shape
+    rows = torch.arange(Lq) if rows is None else rows.cpu()
+    per_chunk = max(1, CHUNK_BYTES // (8 * B * H * k.shape[-2]))
     return list(rows.split(per_chunk))
 
 
 def _reference_chunk(q, k, v, config: PatternConfig, rows: Tensor) -> Tensor:
-    S, H = k.shape[-2], k.shape[1]
-    mask = dense_mask(config, S)[rows]
-    bias = dense_bias(config, S, H, rows=rows, device=q.device)
+    Lq, Lk, H = q.shape[-2], k.shape[-2], k.shape[1]
+    mask = dense_mask(config, Lq, Lk)[rows]
+    bias = dense_bias(config, Lq, H, rows=rows, device=q.device, kv_len=Lk)
     q_rows = q[..., rows.to(q.device), :]
     return attention_reference(q_rows, k, v, mask=mask, bias=bias, softcap=dense_softcap(config))
 
 
 def reference_output(q: Tensor, k: Tensor, v: Tensor, config: PatternConfig, *, rows=None):
-    """The fp64 oracle of `config`: (B, H, S, D), or (B, H, R, D) for query `rows`."""
-    chunks = [_reference_chunk(q, k, v, config, c) for c in _row_chunks(q, rows)]
+    """The fp64 oracle of `config` on q (B, H, Lq, D), k, v (B, H, Lk, D): (B, H, Lq, D), or
+    (B, H, R, D) for query `rows`."""
+    chunks = [_reference_chunk(q, k, v, config, c) for c in _row_chunks(q, k, rows)]
     return torch.cat(chunks, dim=-2)
 
 
@@ -155,7 +166,7 @@ def reference_grads(
     (each output row depends only on its own query row, so the chunks' gradients add up)."""
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
     g64 = grad_out.double()
-    for rows in _row_chunks(q, None):
+    for rows in _row_chunks(q, k, None):
         out = _reference_chunk(q64, k64, v64, config, rows)
         (out * g64[..., rows.to(g64.device), :]).sum().backward()
     return q64.grad, k64.grad, v64.grad
@@ -168,13 +179,15 @@ def sdpa_mask(
     dtype: torch.dtype,
     *,
     device: torch.device | str = "cpu",
+    kv_len: int | None = None,
 ) -> Tensor:
-    """The pattern as one SDPA attn_mask: (S, S) bool, or (1, H, S, S) additive, -inf outside.
+    """The pattern as one SDPA attn_mask: (Lq, Lk) bool, or (1, H, Lq, Lk) additive, -inf
+    outside (Lq = seq_len, Lk = kv_len, default seq_len).
 
     4-D for a bias because SDPA's CPU flash kernel takes only 2-D or 4-D masks.
     """
-    mask = dense_mask(config, seq_len).to(device)
-    bias = rounded_bias(config, seq_len, num_heads, mask, dtype, device=device)
+    mask = dense_mask(config, seq_len, kv_len).to(device)
+    bias = rounded_bias(config, seq_len, num_heads, mask, dtype, device=device, kv_len=kv_len)
     if bias is None:
         return mask
     return bias.masked_fill(~mask, float("-inf"))[None]
@@ -246,3 +259,25 @@ def activation_reference(
     q, k, v = (t.double() for t in (q[..., rows.to(q.device), :], k, v))
     weights = activation(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
     return (weights * mask.to(q.device)) @ v
+
+
+def vsa_reference(
+    q: Tensor, k: Tensor, v: Tensor, *, tile: int, top_k: int, rows: Tensor | None = None
+) -> Tensor:
+    """fp64 video sparse attention (vsa.py's legend): each tile's mean by a loop over the tiles,
+    each query tile's top_k key tiles by sorting its coarse scores, the chosen tiles expanded to
+    token pairs by repetition, then dense attention; (B, H, S, D), or (B, H, R, D) for query
+    `rows`."""
+    S = q.shape[-2]
+    q, k, v = (t.double() for t in (q, k, v))
+    starts = range(0, S, tile)
+    q_means, k_means = (
+        torch.stack([x[..., s : s + tile, :].mean(-2) for s in starts], -2) for x in (q, k)
+    )
+    scores = q_means @ k_means.transpose(-2, -1)
+    kept = scores.argsort(dim=-1, descending=True)[..., :top_k]
+    chosen = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, kept, True)
+    rows = torch.arange(S) if rows is None else rows.cpu()
+    tokens = chosen.repeat_interleave(tile, dim=-2)[..., rows.to(q.device), :]
+    mask = tokens.repeat_interleave(tile, dim=-1)[..., :S]
+    return attention_reference(q[..., rows.to(q.device), :], k, v, mask=mask)

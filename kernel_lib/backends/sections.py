@@ -12,11 +12,13 @@ from kernel_lib.backends import allocation, amd, costs, nvidia, probes, roofline
 from kernel_lib.backends.config import BackendConfig
 from kernel_lib.backends.target import Target, cpu_facts, facts_record, facts_table, find_target
 from kernel_lib.records import Record, as_headline, summary_table, to_frame, to_frame_with_verdict
-from kernel_lib.report import headlines
+from kernel_lib.report.findings import headlines
 
 # The headlines every backend notebook declares (records.as_headline), never the largest number:
-COMPILED_MLP = "compiled MLP vs eager"  # torch.compile's ratio over eager, with its interval
-BF16_GEMM = "bf16 GEMM vs fp32 at the largest swept n"  # needs both dtypes in gemm_dtypes
+COMPILED_MLP = (
+    "backend.compiled_mlp_vs_eager"  # torch.compile's ratio over eager, with its interval
+)
+BF16_GEMM = "backend.bf16_gemm_vs_fp32"  # needs both dtypes in gemm_dtypes
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    from kernel_lib.cloud.collect import collect
+    from kernel_lib.cloud.collect import collect  # SkyPilot: optional
 
     indexes, gallery = collect(args.source, Path(args.out), _names(args.platforms))
     for index in indexes:

@@ -10,14 +10,16 @@ import tempfile
 from pathlib import Path
 
 from kernel_lib.cloud.tasks import BUCKET_SCHEMES
-from kernel_lib.gallery import build_gallery, rebuild_reports, report_folders
 from kernel_lib.params import ParameterError
+from kernel_lib.report.gallery import build_gallery
+from kernel_lib.report.pages import rebuild_reports
+from kernel_lib.report.read import report_folders
 
 
 def download(bucket: str, folder: Path) -> None:
     """Copy `bucket` (gs:// or s3://) into `folder` with the command SkyPilot itself uses (gsutil
     rsync or aws s3 sync, installing gsutil if it is missing)."""
-    from kernel_lib.cloud.jobs import require_sky
+    from kernel_lib.cloud.jobs import require_sky  # SkyPilot: optional
 
     require_sky()
     from sky import cloud_stores

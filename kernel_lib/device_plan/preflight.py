@@ -77,8 +77,9 @@ def device() -> str:
 
 def scaled_mm() -> str:
     """A rowwise e4m3fn torch._scaled_mm against the product of its dequantised operands."""
+    # torch-side modules: imported once the plan's wheels are in place
     from kernel_lib.fp8.linear import fp8_matmul_support, scaled_mm, scaled_mm_unsupported
-    from kernel_lib.fp8.quantize import quantize
+    from kernel_lib.fp8.quantize import quantize  # torch-side: after the wheels
 
     where = _facts().device
     if reason := scaled_mm_unsupported(where):
@@ -115,7 +116,7 @@ def triton_quantize() -> str:
     if not where.startswith("cuda"):
         raise Skip("no GPU")
     from kernel_lib.fp8.quantize_triton import fused_quantize  # Triton: imported on demand
-    from kernel_lib.fp8.reference import quantize_reference
+    from kernel_lib.fp8.reference import quantize_reference  # torch-side: after the wheels
 
     x = torch.randn(64, 256, device=where)
     got, want = (
@@ -131,7 +132,7 @@ def triton_quantize() -> str:
 def patched_keys() -> dict[str, tuple[str, ...]]:
     """Every compiler config key kernel_lib patches, per config module (a test finds each
     `config.patch(` in kernel_lib): where torch lacks one, the section using it is skipped."""
-    from kernel_lib.fp8.quantize_compiled import EXACT_DIVISION
+    from kernel_lib.fp8.quantize_compiled import EXACT_DIVISION  # torch-side: after the wheels
 
     return {
         "torch._inductor.config": ("fx_graph_cache", *EXACT_DIVISION),

@@ -83,8 +83,8 @@ def _quantizers(
     (Triton), c_quantize (the same bit arithmetic in C built for this CPU) and
     plain_compiled_quantize (`quantize` as plain ops through torch.compile, the comparator) are
     the variants; `quantize` is eager."""
-    from kernel_lib.fp8.quantize_c import c_quantize
-    from kernel_lib.fp8.quantize_compiled import compiled_quantize
+    from kernel_lib.fp8.quantize_c import c_quantize  # compiled C: built on first use
+    from kernel_lib.fp8.quantize_compiled import compiled_quantize  # Inductor, on first use
 
     def compiled(cast: str, fuse_rows: bool = False):
         if facts.backend == "xla":
@@ -103,7 +103,7 @@ def _quantizers(
     elif gran not in ("tensorwise", "rowwise"):
         fused = f"not built for {gran}"
     else:
-        from kernel_lib.fp8.quantize_triton import fused_quantize
+        from kernel_lib.fp8.quantize_triton import fused_quantize  # Triton: optional
 
         fused = lambda: fused_quantize(x, fmt=fmt, granularity=gran)  # noqa: E731
     row_fused = (
@@ -208,8 +208,7 @@ def quantize_bandwidth(
         records,
         headline,
         {"MiB": max(config.quant_mib)},
-        "FP8 quantise (fastest variant here) vs fp32 copy of its input: time ratio "
-        "(GB/s as a fraction of the copy's: fraction_of_peak)",
+        "fp8.quantize_vs_copy",
     )
 
 
@@ -355,8 +354,7 @@ def linear_speed(
         )
     headline = f"fp8_linear_{config.recipes[0]}"
     n = max(config.gemm_sizes)
-    label = f"FP8 linear ({headline}) vs bf16 linear, n={n}"
-    return declare(with_datasheets(records, facts), headline, {"N": n}, label)
+    return declare(with_datasheets(records, facts), headline, {"N": n}, "fp8.linear_vs_bf16")
 
 
 def section_fields(config: Fp8BenchConfig, case: str) -> list[tuple[str, dict]]:

@@ -110,7 +110,7 @@ def grouped_checks(config: Fp8BenchConfig, *, device: str) -> pd.DataFrame:
 
 CHECK_SHAPES = {  # the shape columns of each check table
     "block_gemm_check": ("M", "K", "N"),
-    "grouped_gemm_check": ("tokens", "experts"),
+    "grouped_gemm_check": ("T", "E"),  # named as grouped_gemm_speed names them
 }
 
 
@@ -151,17 +151,17 @@ def check_records(
 
 
 def declare(
-    records: list[rec.Record], implementation: str, shape: dict, label: str
+    records: list[rec.Record], implementation: str, shape: dict, key: str
 ) -> list[rec.Record]:
     """`records` with the one whose implementation is `implementation` at `shape` (a subset of
-    its shape) declared a headline."""
+    its shape) declared the headline `key`."""
 
     def match(r):
         return r.implementation == implementation and all(
             r.shape.get(k) == v for k, v in shape.items()
         )
 
-    return [rec.as_headline(r, label) if match(r) else r for r in records]
+    return [rec.as_headline(r, key) if match(r) else r for r in records]
 
 
 def with_datasheets(records: list[rec.Record], facts: DeviceFacts) -> list[rec.Record]:
@@ -268,9 +268,7 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
         )
     records = with_datasheets(records, facts)
     headline, n = f"block_linear_{config.block_recipes[0]}", max(config.block_sizes)
-    return declare(
-        records, headline, {"N": n}, f"block-scaled FP8 linear ({headline}) vs bf16 linear, n={n}"
-    )
+    return declare(records, headline, {"N": n}, "fp8.block_linear_vs_bf16")
 
 
 def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
@@ -331,8 +329,7 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
         case, candidates, facts=facts, baseline="bf16_grouped_mm", min_time_s=config.min_time_s
     )
     records = with_datasheets(records, facts)
-    label = f"FP8 grouped GEMM (scaled_grouped_mm) vs bf16 torch._grouped_mm, {e} experts"
-    return declare(records, "scaled_grouped_mm", {}, label)
+    return declare(records, "scaled_grouped_mm", {}, "fp8.grouped_gemm_vs_bf16")
 
 
 def suite(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:

@@ -292,7 +292,7 @@ def grouped_gemm_check(
     over experts and fp64 of the unquantised inputs; 'skipped' with the reason where a path
     cannot run, 'failed' with the error where it raised anything else (e.g. at this shape)."""
     if reason := scaled_mm_unsupported(device):
-        case = {"tokens": sum(counts), "experts": len(counts)}
+        case = {"T": sum(counts), "E": len(counts)}
         return _skipped_cases([case | {"implementation": n} for n in GROUPED_PATHS], reason)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(sum(counts), dim, generator=gen).to(device)
@@ -304,5 +304,5 @@ def grouped_gemm_check(
     rows = []
     for name, path in GROUPED_PATHS.items():
         row = _errors_row(lambda: path(qx, qw, counts), reference, full, tolerances)  # noqa: B023
-        rows.append({"tokens": sum(counts), "experts": len(counts), "implementation": name} | row)
+        rows.append({"T": sum(counts), "E": len(counts), "implementation": name} | row)
     return pd.DataFrame(rows)

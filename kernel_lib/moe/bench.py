@@ -39,13 +39,13 @@ from kernel_lib.moe.cases import (
     reference_grads,
     shape_of,
 )  # fmt: skip
-from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
+from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.layers import MoEConfig, MoELayer, layer_reference
 from kernel_lib.moe.metrics import load_metrics
 from kernel_lib.moe.seed_style import SeedStyleMoE
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
-from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.platform import DeviceFacts
 from kernel_lib.variants import choose
 
 TOPIC = "moe"
@@ -245,11 +245,11 @@ def with_plain(strategies) -> tuple:
 
 
 def chosen_headline(
-    records: list[rec.Record], case: Case, facts: DeviceFacts, *, comparator: str, label: str
+    records: list[rec.Record], case: Case, facts: DeviceFacts, *, comparator: str, key: str
 ) -> list[rec.Record]:
     """`variants.choose` among the dispatch records of one compare (the plain comparator among
     them; the other plain one, eager or compiled, is not a variant) and the chosen one declared
-    the headline `label`. Records unchanged but for `variant` when none ran."""
+    the headline `key`. Records unchanged but for `variant` when none ran."""
     plain = f"dispatch_{PLAIN}"
     among = tuple(
         r.implementation
@@ -260,7 +260,7 @@ def chosen_headline(
     choice, records = choose(
         f"moe_dispatch_{case.case}", case, records, facts=facts, among=among, comparator=comparator
     )
-    return [rec.as_headline(r, label) if r.implementation == choice else r for r in records]
+    return [rec.as_headline(r, key) if r.implementation == choice else r for r in records]
 
 
 def compare_strategies(
@@ -272,13 +272,12 @@ def compare_strategies(
     case_name: str,
     backward: bool = False,
     compiled=(),
-    shape_extra: dict | None = None,
     progress: str | None = None,
 ) -> tuple[Case, list[rec.Record]]:
     """Dense pair and every strategy (eager, then compiled) on the case of `kwargs`, in one
     interleaved compare against `dense_gemm` (all skipped when the case does not fit): the
     compare's case and its records."""
-    shape = {**_shape(kwargs), **(shape_extra or {})}
+    shape = _shape(kwargs)
     names = [DENSE] + [f"dispatch_{s}" for s in strategies]
     names += [f"dispatch_{s}_compiled" for s in compiled]
     reason = memory_reason(kwargs, facts)
@@ -313,7 +312,7 @@ def section_throughput(
     mode, out = _mode(backward), []
     compiled = () if backward else with_plain(cfg.compile)
     comparator = f"dispatch_{PLAIN}" + ("" if backward else "_compiled")
-    for index, (tokens, hidden, _) in enumerate(cfg.shapes):
+    for index in range(len(cfg.shapes)):
         case, records = compare_strategies(
             cfg,
             facts,
@@ -324,19 +323,15 @@ def section_throughput(
             compiled=compiled,
             progress=f"moe {mode}" if progress else None,
         )
-        label = (
-            f"MoE {mode}: dispatch chosen here vs dense GEMM, same FLOPs (T={tokens}, D={hidden})"
-        )
-        out += chosen_headline(records, case, facts, comparator=comparator, label=label)
+        key = f"moe.{mode}_vs_dense"
+        out += chosen_headline(records, case, facts, comparator=comparator, key=key)
     return out
 
 
-SEED_CASES = {  # case name -> (our dtype, headline label)
-    "seed_same_dtype": ("float32", "MoE forward: dispatch chosen here vs seed-style, both "
-                                   "float32"),
-    "seed_config": (None, "MoE forward: dispatch chosen here ({dtype}) vs seed-style as it ran "
-                          "(float32, training mode)"),
-}  # fmt: skip
+SEED_CASES = {  # case name -> (our dtype, headline key)
+    "seed_same_dtype": ("float32", "moe.seed_same_dtype"),
+    "seed_config": (None, "moe.seed_config"),
+}
 
 
 def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> list[rec.Record]:
@@ -344,7 +339,7 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
     baseline at the first shape, in one interleaved compare with baseline `seed_style`: case
     `seed_same_dtype` (ours in fp32) or `seed_config` (ours in moe_dtype against the seed's
     fp32 training-mode forward). The headline: the dispatch chosen here (`chosen_headline`)."""
-    dtype, label = SEED_CASES[case_name]
+    dtype, key = SEED_CASES[case_name]
     kwargs = _case_kwargs(cfg, facts, dtype=dtype or cfg.dtype)
     strategies = with_plain(cfg.strategies)
     names = [f"dispatch_{s}" for s in strategies] + [SEED]
@@ -366,9 +361,8 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
         warmup=WARMUP,
     )
     records = _finish(records, kwargs["tokens"], peak=False)
-    label = label.format(dtype=kwargs["dtype"])
     comparator = f"dispatch_{PLAIN}"
-    return chosen_headline(records, measured, facts, comparator=comparator, label=label)
+    return chosen_headline(records, measured, facts, comparator=comparator, key=key)
 
 
 def section_capacity(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
@@ -448,7 +442,7 @@ def sweep_values(axis: str, cfg: MoEBenchConfig) -> tuple:
 def section_sweep(
     axis: str, cfg: MoEBenchConfig, facts: DeviceFacts, *, progress: bool = False
 ) -> list[rec.Record]:
-    """One declared sweep (case `sweep_<axis>`, the swept value in shape[axis]): forward of the
+    """One declared sweep (case `sweep_<axis>`, the swept value in its shape: T, E, K or imbalance): forward of the
     sweep strategies and the dense pair at each point; tokens at full size, the other axes at
     moe_sweep_base_tokens."""
     tokens = {} if axis == "tokens" else {"tokens": cfg.sweep_base_tokens}
@@ -461,7 +455,6 @@ def section_sweep(
             kwargs,
             cfg.sweep_strategies,
             case_name=f"sweep_{axis}",
-            shape_extra={axis: value},
         )[1]
     return out
 
@@ -538,21 +531,3 @@ def baseline_table(records: list[rec.Record]) -> pd.DataFrame:
         if r.case in SEED_CASES and r.status == "ok"
     ]
     return pd.DataFrame(rows).round(3)
-
-
-def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
-    """What the notebook measures, in its order."""
-    cfg, facts = MoEBenchConfig.from_params(params), device_facts()
-    records = section_throughput(cfg, facts, progress=progress)
-    if cfg.backward:
-        records += section_throughput(cfg, facts, backward=True, progress=progress)
-    for case_name in SEED_CASES:
-        records += section_seed(cfg, facts, case_name)
-    records += section_capacity(cfg, facts)
-    records += section_layers(cfg, facts)
-    for axis in SWEEPS:
-        records += section_sweep(axis, cfg, facts, progress=progress)
-    from kernel_lib.moe.bench_presets import section_presets  # it imports this module
-
-    records += section_presets(cfg, facts)
-    return records

@@ -16,6 +16,7 @@ import functools
 import torch
 
 from kernel_lib import records as rec
+from kernel_lib.headlines import key as headline_key
 from kernel_lib.measure import Case, compare
 from kernel_lib.moe.balancing import zipf_offsets
 from kernel_lib.moe.bench import (
@@ -106,13 +107,10 @@ def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]
             min_time_s=cfg.min_time_s,
             warmup=WARMUP,
         )
-        label = (
-            f"MoE {name} routing (D={model.hidden}, F={model.ffn}, x{model.size_factor:g} of "
-            f"the model): dispatch chosen here vs dense GEMM, same FLOPs"
-        )
         records = [
             dataclasses.replace(r, metrics={**r.metrics, **preset_metrics(model)}) for r in records
         ]
         comparator = f"dispatch_{PLAIN}"
-        out += chosen_headline(records, what, facts, comparator=comparator, label=label)
+        key = headline_key("moe.preset.{preset}", preset=name)
+        out += chosen_headline(records, what, facts, comparator=comparator, key=key)
     return out

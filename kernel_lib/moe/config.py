@@ -19,6 +19,7 @@ from kernel_lib.config import (
     positive_list,
     require,
 )
+from kernel_lib.moe.cases import memory_needed
 from kernel_lib.moe.experts import ACTIVATIONS
 from kernel_lib.moe.layers import LayerType
 from kernel_lib.moe.presets import PRESETS
@@ -194,7 +195,6 @@ class MoEBenchConfig:
         """Notebook parameter -> estimated peak bytes of the largest case it sets the size of,
         each case by kernel_lib.moe.cases.memory_needed (inputs, weights and their gradients,
         routed intermediates, all again in fp64 for the reference)."""
-        from kernel_lib.moe.cases import memory_needed
 
         item = parse_dtype(self.dtype).itemsize
         (t0, d0, f0), e, k, base = self.shapes[0], self.experts, self.top_k, self.sweep_base_tokens

@@ -70,7 +70,7 @@ def unavailable(
             return "the fused C kernel is forward only (no autograd backward)"
         if compiled:
             return "the fused C kernel is opaque to torch.compile; timed as it is"
-        from kernel_lib.moe.fused_c import fused_unavailable
+        from kernel_lib.moe.fused_c import fused_unavailable  # compiled C: built on first use
 
         return fused_unavailable(x, experts)
     if name == "per_core":

@@ -1,9 +1,11 @@
-"""Input factories for the attention tests: seeded q, k, v and random pattern configs."""
+"""Input factories for the attention tests: seeded q, k, v, random pattern configs, and a block
+mask with one tile dropped (the teeth of the block-sparse checks)."""
 
 import hypothesis.strategies as st
 import pytest
 import torch
 from torch._inductor.exc import InductorError
+from torch.nn.attention.flex_attention import BlockMask
 
 from kernel_lib.attention import flex
 from kernel_lib.attention.patterns import PATTERNS, PatternConfig
@@ -95,3 +97,28 @@ def flex_bench_config(**changes):
     shape |= {"seq_len": FLEX_SHAPE.seq_len, "head_dim": FLEX_SHAPE.head_dim}
     windows = {"window": 17, "windows": (17,), "windows_seq_len": FLEX_SHAPE.seq_len}
     return AttentionConfig(**shape, **windows | {"prefix_len": 30} | changes)
+
+
+def _tiles(counts: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """(B, H, nq, nk) bool of one BlockMask list (counts, ordered indices)."""
+    listed = torch.arange(indices.shape[-1]) < counts[..., None]
+    hits = torch.zeros(indices.shape, dtype=torch.int64)
+    return hits.scatter_add_(-1, indices.long(), listed.long()) > 0
+
+
+def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    order = tiles.int().argsort(dim=-1, descending=True, stable=True)
+    return tiles.sum(-1).int(), order.int()
+
+
+def without_block(mask: BlockMask) -> BlockMask:
+    """`mask` less one tile it visits: the last query block's first key block (of every batch
+    and head), as a kernel that skipped a tile would compute."""
+    partial = _tiles(mask.kv_num_blocks, mask.kv_indices)
+    full = _tiles(mask.full_kv_num_blocks, mask.full_kv_indices)
+    kv_block = int((partial | full)[0, 0, -1].int().argmax())
+    partial[..., -1, kv_block] = full[..., -1, kv_block] = False
+    return BlockMask.from_kv_blocks(
+        *_ordered(partial), *_ordered(full), BLOCK_SIZE=mask.BLOCK_SIZE,
+        mask_mod=mask.mask_mod, seq_lengths=mask.seq_lengths, compute_q_blocks=False,
+    )  # fmt: skip

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from kernel_lib import records as rec
-from kernel_lib.attention import bench, bench_decode, plain, plots
+from kernel_lib.attention import bench, bench_decode, plain, plan, plots
 from kernel_lib.attention.baselines import SDPA_BACKENDS
 from kernel_lib.attention.config import AttentionConfig
 from kernel_lib.attention.flex import FlexVariant
@@ -55,7 +55,7 @@ PARAMS = {
 
 @pytest.fixture(scope="module")
 def records():
-    return bench.suite(PARAMS)
+    return plan.suite(PARAMS)
 
 
 def _by_key(records, dtype="float32"):
@@ -127,10 +127,10 @@ def test_headline_is_flex_causal_forward_in_each_causal_dtype(records):
     headlines = [
         (r.case, r.implementation, r.mode, r.dtype, r.headline) for r in records if r.headline
     ]
-    # the dtype in every title: a platform whose attn_dtype is bf16 lines up with this one
+    # the dtype in every key: a platform whose attn_dtype is bf16 lines up with this one
     assert [h for h in headlines if h[0] == "causal"] == [
-        ("causal", bench.FLEX, "forward", "float32", f"{bench.HEADLINE} (float32)"),
-        ("causal", bench.FLEX, "forward", "bfloat16", f"{bench.HEADLINE} (bfloat16)"),
+        ("causal", bench.FLEX, "forward", "float32", "flex.causal_vs_sdpa.float32"),
+        ("causal", bench.FLEX, "forward", "bfloat16", "flex.causal_vs_sdpa.bfloat16"),
     ]
 
 

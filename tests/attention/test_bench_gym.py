@@ -34,7 +34,23 @@ def test_flex_paths_pass_their_checks_and_get_a_ratio(records):
     for record in (mla["flex_mla"], mla["flex_mla_absorbed"], heads["flex_temporal_heads"]):
         assert record.status == "ok" and record.check["pass"], record
         assert record.ratio_vs_baseline is not None  # over the best SDPA backend that ran
-    assert {r.metrics["section"] for r in records} == {"mla", "temporal_heads", "activation"}
+    assert {r.metrics["section"] for r in records} == set(bench_gym.SECTIONS)
+
+
+def test_jetspec_and_vsa_flex_pass_with_their_block_sparsity(records):
+    for case, implementation in [
+        ("jetspec_tree", "flex_attention_compiled"),
+        ("jetspec_training", "flex_attention_compiled"),
+        ("vsa", bench_gym.FLEX_VSA),
+    ]:
+        by = _by(records, case)
+        flex, naive = by[implementation], by["attention_naive"]
+        assert flex.status == "ok" and flex.check["pass"] and naive.check["pass"], flex
+        assert flex.ratio_vs_baseline is not None and 0 <= flex.metrics["block_sparsity_%"] < 100
+    jetspec = _by(records, "jetspec_tree")["flex_attention_compiled"]
+    assert (jetspec.shape["q_len"], jetspec.shape["kv_len"]) == (CFG.jetspec_q_len, CFG.seq_len)
+    vsa = _by(records, "vsa")[bench_gym.FLEX_VSA]  # 4 tiles of 64, ceil(4 / 8) = 1 kept
+    assert vsa.shape["top_k"] == 1 and vsa.metrics["block_sparsity_%"] == 75.0
 
 
 def test_activation_runs_naive_and_skips_sdpa_and_cpu_flex_with_reasons(records):
@@ -71,6 +87,9 @@ def test_row_sampled_check_has_teeth():
         ("mla_kv_lora_rank", 0),
         ("temporal_frames", 5000),
         ("temporal_width", 0),
+        ("jetspec_q_len", 2000),
+        ("vsa_keep", 1.5),
+        ("vsa_keep", 0),
     ],
 )
 def test_bad_parameters_are_named(field, value):

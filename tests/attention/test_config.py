@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from kernel_lib.attention.config import AttentionConfig
-from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS
+from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS, SPEC_PATTERNS
 
 
 def test_from_params_strips_the_prefix_and_keeps_defaults():
@@ -16,8 +16,9 @@ def test_from_params_strips_the_prefix_and_keeps_defaults():
 
 def test_defaults_cover_every_pattern():
     cfg = AttentionConfig()
-    assert set(cfg.patterns) | set(GYM_PATTERNS) == set(PATTERNS)
-    assert not set(cfg.patterns) & set(GYM_PATTERNS)  # the gym families run in their section
+    assert set(cfg.patterns) | set(GYM_PATTERNS) | set(SPEC_PATTERNS) == set(PATTERNS)
+    # the gym families run in their sections (SPEC_PATTERNS: bench_gym's jetspec, Lq != Lk)
+    assert not set(cfg.patterns) & set(GYM_PATTERNS + SPEC_PATTERNS)
 
 
 @pytest.mark.parametrize("field, value, match", [

@@ -4,13 +4,15 @@ process-wide compiled function; each pattern compiles once."""
 
 import pytest
 import torch
+from torch.nn.attention.flex_attention import create_block_mask
 
 from kernel_lib.attention import flex
-from kernel_lib.attention.patterns import PATTERNS, PatternConfig
+from kernel_lib.attention.checks import forward_check
+from kernel_lib.attention.patterns import PATTERNS, PatternConfig, build_pattern
 from kernel_lib.attention.reference import dense_block_sparsity, reference_output
 from kernel_lib.checks import Unsupported
 
-from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config
+from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config, without_block
 
 
 @pytest.mark.parametrize("name", list(PATTERNS))
@@ -19,6 +21,24 @@ def test_compiled_flex_matches_reference(name, flex_qkv):
     out = flex.flex_attention_compiled(*flex_qkv, config, block_size=FLEX_BLOCK)
     error = float((out.double() - reference_output(*flex_qkv, config)).abs().max())
     assert error < 1e-5, f"{name}: max error {error:.2e} vs fp64 (fp32 in)"
+
+
+@pytest.mark.parametrize("name", ["natten_tiled", "natten_morton", "graphormer_edges"])
+def test_a_dropped_block_fails_the_check(name, flex_qkv):
+    """Teeth: the pattern's BlockMask (graphormer_edges': every tile) less one tile fails the
+    fp64 check the compiled call passes."""
+    config, S = flex_config(name), FLEX_SHAPE.seq_len
+    check = forward_check(config, *flex_qkv)
+    assert check(flex.flex_attention_compiled(*flex_qkv, config, block_size=FLEX_BLOCK)).passed
+    mask = flex.block_mask_for(config, S, device="cpu", block_size=FLEX_BLOCK)
+    if mask is None:
+        everything = lambda b, h, q_idx, kv_idx: q_idx >= 0
+        mask = create_block_mask(everything, None, None, S, S, "cpu", BLOCK_SIZE=FLEX_BLOCK)
+    score_mod = build_pattern(
+        config, seq_len=S, num_heads=FLEX_SHAPE.heads, device="cpu"
+    ).score_mod
+    out = flex.call_flex(*flex_qkv, score_mod=score_mod, block_mask=without_block(mask))
+    assert not check(out).passed
 
 
 def test_repeat_call_hits_caches(flex_qkv):

@@ -1,5 +1,6 @@
-"""Graphormer's graph: breadth-first hop distances agree with Floyd-Warshall, and the pattern's
-bias is the table looked up at those distances."""
+"""Graphormer's graph: breadth-first hop distances agree with Floyd-Warshall, the edge types along
+each path built hop by hop agree with the paths walked back, and the patterns' biases are the
+tables looked up at those distances and averaged over those paths."""
 
 import pytest
 import torch
@@ -32,3 +33,41 @@ def test_graphormer_bias_reads_the_table_at_the_distance():
     assert torch.equal(bias.float(), table[:, distances])
     shifted = table[:, (distances - 1).clamp(min=0)]  # teeth: an off-by-one distance differs
     assert not torch.allclose(dense_bias(config, 23, 2).float(), shifted)
+
+
+@pytest.mark.parametrize("num_nodes, seed", [(1, 0), (2, 1), (37, 2), (97, 3)])
+def test_edge_shares_built_hop_by_hop_match_the_walked_paths(num_nodes, seed):
+    counts = graph.path_edge_counts_reference(num_nodes, seed)
+    hops = graph.shortest_paths_reference(num_nodes, seed, num_nodes)
+    assert torch.equal(counts.sum(0), hops)  # one edge per hop, on a shortest path
+    shares = graph.path_edge_shares(num_nodes, seed)
+    assert torch.allclose(shares.double(), counts.double() / hops.clamp(min=1), atol=1e-7)
+
+
+def test_edge_path_takes_the_smallest_index_predecessor():
+    # seed 7: the 4-ring 0-1-2-3-0 alone, each edge its own type; both ways round are shortest
+    edges, types = graph.typed_edges(4, 7)
+    kind = dict(zip(map(tuple, edges.tolist()), types.tolist()))
+    assert sorted(kind) == [(0, 1), (0, 3), (1, 2), (2, 3)] and len(set(kind.values())) == 4
+    counts = graph.path_edge_counts_reference(4, 7)
+    shares = graph.path_edge_shares(4, 7)
+    # 0 -> 2 and 2 -> 0 through 1 (not 3), 1 -> 3 through 0 (not 2)
+    for (i, j), path in {
+        (0, 2): [(0, 1), (1, 2)],
+        (2, 0): [(0, 1), (1, 2)],
+        (1, 3): [(0, 1), (0, 3)],
+    }.items():
+        expected = torch.bincount(torch.tensor([kind[e] for e in path]), minlength=4)
+        assert torch.equal(counts[:, i, j], expected) and torch.equal(
+            shares[:, i, j], expected / 2
+        )
+
+
+def test_graphormer_edge_bias_is_the_mean_of_the_path_types():
+    config = PatternConfig("graphormer_edges", seed=2)
+    bias = dense_bias(config, 30, 3)
+    table = graph.edge_bias_table(3, 2).double()
+    counts = graph.path_edge_counts_reference(30, 2)
+    i, j = 4, 21
+    mean = (table @ counts[:, i, j].double()) / counts[:, i, j].sum()
+    assert torch.allclose(bias[:, i, j], mean) and (bias.diagonal(dim1=1, dim2=2) == 0).all()

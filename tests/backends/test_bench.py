@@ -40,8 +40,8 @@ def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch, cpu_target):
     assert {"probe", "gemm", "copy", "triad", "launch_latency", "mlp"} <= set(cases)
     assert {r.status for r in records} <= set(STATUSES) - {"failed", "wrong"}
     assert [r.headline for r in records if r.headline] == [
-        "bf16 GEMM vs fp32 at the largest swept n",
-        "compiled MLP vs eager",
+        "backend.bf16_gemm_vs_fp32",
+        "backend.compiled_mlp_vs_eager",
     ]
 
 

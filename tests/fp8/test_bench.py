@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernel_lib import c_kernels, report  # noqa: E402
+from kernel_lib import c_kernels  # noqa: E402
 from kernel_lib import plots as common_plots  # noqa: E402
 from kernel_lib import records as rec  # noqa: E402
 from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_c, quantize_compiled  # noqa: E402
@@ -18,6 +18,7 @@ from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
 from kernel_lib.platform import Datasheet, device_facts  # noqa: E402
 from kernel_lib.records import to_frame  # noqa: E402
+from kernel_lib.report.findings import headlines  # noqa: E402
 
 TINY = dict(
     fp8_quant_mib=[1],
@@ -112,8 +113,15 @@ def test_headlines_declared(frame, records):
     for name in SKIPPED_HEADLINES:  # FP8 GEMMs: never timed on CPU, the headline says why
         assert heads.loc[name, "status"] == "skipped" and heads.loc[name, "reason"]
     assert heads.loc["block_linear_blockwise", "shape.N"] == max(CONFIG.block_sizes)
-    lines = report.headlines(rec.to_frame_with_verdict(records))
+    assert heads["headline"].to_dict() == {
+        quantiser: "fp8.quantize_vs_copy",
+        "fp8_linear_tensorwise_dynamic": "fp8.linear_vs_bf16",
+        "block_linear_blockwise": "fp8.block_linear_vs_bf16",
+        "scaled_grouped_mm": "fp8.grouped_gemm_vs_bf16",
+    }  # each declared by its key
+    lines = headlines(rec.to_frame_with_verdict(records))
     assert sum(": skipped: " in line for line in lines) == 3
+    assert "FP8 linear vs bf16 linear: skipped: emulated" in "\n".join(lines)  # its title
 
 
 def test_declare_marks_only_the_subject_at_the_shape():
@@ -123,10 +131,13 @@ def test_declare_marks_only_the_subject_at_the_shape():
         for name in ("bf16_linear", "block_linear_blockwise")
         for n in (128, 256)
     ]
-    got = bench_blocks.declare(records, "block_linear_blockwise", {"N": 256}, "label")
-    assert [(r.implementation, r.shape["N"]) for r in got if r.headline == "label"] == [
+    key = "fp8.block_linear_vs_bf16"
+    got = bench_blocks.declare(records, "block_linear_blockwise", {"N": 256}, key)
+    assert [(r.implementation, r.shape["N"]) for r in got if r.headline == key] == [
         ("block_linear_blockwise", 256)
     ]
+    with pytest.raises(ValueError, match="not declared"):  # a headline is a declared key
+        bench_blocks.declare(records, "block_linear_blockwise", {"N": 256}, "label")
 
 
 def test_comparators_skip_when_not_installed(frame):
@@ -365,7 +376,7 @@ def test_recipe_error_plot_draws_the_records_and_names_what_they_measured(frame)
 
 def test_a_check_row_that_raised_is_a_failed_record():
     table = pd.DataFrame([{
-        "tokens": 36, "experts": 4, "implementation": "scaled_grouped_mm", "check": "failed",
+        "T": 36, "E": 4, "implementation": "scaled_grouped_mm", "check": "failed",
         "reason": "RuntimeError: grouped GEMM with 4 groups is not supported",
     }])  # fmt: skip
     (record,) = bench_blocks.check_records(

@@ -8,9 +8,9 @@ import torch
 from kernel_lib import records as rec
 from kernel_lib.measure import Case
 from kernel_lib.moe import bench, dispatch
-from kernel_lib.moe.bench import suite
 from kernel_lib.moe.cases import check_table, make_case
 from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.plan import suite
 from kernel_lib.moe.seed_style import SeedStyleMoE
 
 PARAMS = dict(
@@ -237,10 +237,10 @@ def test_a_strategy_slower_than_the_plain_compiled_loop_is_flagged(cpu_facts, va
     ]
     case = Case("moe", "forward", {"T": 1}, "float32", "forward")
     got = bench.chosen_headline(
-        records, case, cpu_facts, comparator="dispatch_loop_compiled", label="chosen"
+        records, case, cpu_facts, comparator="dispatch_loop_compiled", key="moe.forward_vs_dense"
     )
     by_name = {r.implementation: r for r in got}
-    assert by_name["dispatch_sorted_segments"].headline == "chosen"
+    assert by_name["dispatch_sorted_segments"].headline == "moe.forward_vs_dense"
     assert any(
         "slower than its plain comparator dispatch_loop_compiled" in f
         for f in by_name["dispatch_padded"].flags

@@ -1,7 +1,8 @@
 """A repeated report (`python -m kernel_lib run --repeat N`): `OUT/run-1/` ... `OUT/run-N/` are full
 report folders, one per run (every notebook in a fresh kernel each time), and `OUT/` holds their
 aggregate: per record the median of the runs' medians and its spread (min-max of the run medians,
-with the run ids), built from the runs' saved records and run.json files only.
+with the run ids), built from the runs' saved records and run.json files only. Statistics only:
+the aggregate's page is `report.pages`.
 """
 
 from __future__ import annotations
@@ -200,47 +201,6 @@ def aggregate_records(folder: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _headline_lines(records: pd.DataFrame) -> list[str]:
-    """report.headlines over aggregated records, each with the range of its runs' ratios."""
-    from kernel_lib.report import headlines
-
-    if records.empty or "headline" not in records:
-        return []
-    lines = []
-    for _, row in records[records["headline"].notna()].iterrows():
-        (line,) = headlines(row.to_frame().T) or [""]
-        low, high = row.get("ratio_min"), row.get("ratio_max")
-        if pd.notna(low) and pd.notna(high):
-            line += f"; across {row['runs_ok']} runs: {low:.2f}x–{high:.2f}x"
-        lines.append(line)
-    return lines
-
-
-def _notebook_table(run: dict, records: pd.DataFrame) -> pd.DataFrame:
-    from kernel_lib.report import machine_text
-
-    rows = []
-    for nb in run["notebooks"]:
-        name = nb["notebook"]
-        mine = records[records["notebook"] == name] if "notebook" in records else records[:0]
-        runs = nb.get("runs", {})
-        rows.append(
-            {
-                "notebook": name,
-                "status": counts([e["status"] for e in runs.values()])
-                + (f": {nb['detail']}" if nb.get("detail") else "")
-                + (f" — STALE: {nb['stale_results']}" if nb.get("stale_results") else ""),
-                "wall_s": round(nb["seconds"], 1) if nb.get("seconds") is not None else None,
-                "machine": machine_text(nb.get("machine") or {}),
-                "records": counts(list(mine["status"])) if len(mine) else "none",
-                "headlines": "; ".join(_headline_lines(mine)),
-                "reports": [(r, f"{r}/{name}") for r in runs],
-            }
-        )
-    columns = ["notebook", "status", "wall_s", "machine", "records", "headlines", "reports"]
-    return pd.DataFrame(rows, columns=columns)
-
-
 def spread_table(records: pd.DataFrame) -> pd.DataFrame:
     """The timed records across runs: median of the run medians, their min-max and spread, the
     ratio's median and min-max over the runs, and the run ids."""
@@ -270,84 +230,3 @@ def spread_table(records: pd.DataFrame) -> pd.DataFrame:
             "run_ids": timed["run_ids"],
         }
     )
-
-
-def build_aggregate_report(folder: str | Path, run: dict, records: pd.DataFrame) -> Path:
-    """index.html, SUMMARY.md and results.csv of a repeated report from its run.json and
-    `aggregate_records`, with links into every run's notebooks and reports; return index.html."""
-    import html
-
-    from kernel_lib.gallery import platform_sections
-    from kernel_lib.report import busy_flags, flag_table, page, scroll
-
-    folder = Path(folder)
-    records.to_csv(folder / "results.csv", index=False)
-    table = _notebook_table(run, records)
-    flags = pd.concat([flag_table(records), busy_flags(run)], ignore_index=True)
-    spread = spread_table(records)
-    sections_html, sections_md = platform_sections(records, run["platform"])
-    runs = pd.DataFrame(run.get("runs", []), columns=RUN_COLUMNS)
-    n = run["repeat"]
-    intro = (
-        f"{n} runs of every notebook, each in a fresh kernel: "
-        f"{run['started_utc']} → {run['finished_utc']} (UTC), git {run['git']}, "
-        f"parameters {run['parameters']}, command {run['command']}. Each figure is the median of "
-        "the runs' medians; its spread is the min–max of the run medians (ratios: the runs' "
-        "ratios; the interval shown is the envelope of the runs' 95 % intervals)."
-    )
-
-    def links(pairs, fmt):
-        return " · ".join(fmt(r, path) for r, path in pairs)
-
-    md_table = table.assign(
-        reports=[
-            links(p, lambda r, path: f"{r}: [html]({path}.html) [ipynb]({path}.ipynb)")
-            for p in table["reports"]
-        ]
-    )
-    md_runs = runs.assign(folder=[f"[{f}]({f}/SUMMARY.md)" for f in runs["folder"]])
-    env = pd.Series(run["environment"], name="value").dropna().to_frame()
-    (folder / "SUMMARY.md").write_text(
-        "\n\n".join(
-            [
-                f"# Workbook report: {run['platform']} ({n} runs)",
-                intro,
-                "## Runs\n\n" + md_runs.to_markdown(index=False),
-                "## Notebooks\n\n" + md_table.to_markdown(index=False),
-                sections_md,
-                "## Flags\n\n"
-                + (flags.to_markdown(index=False) if len(flags) else "No record was flagged."),
-                "## Records across runs\n\n"
-                + (spread.to_markdown(index=False) if len(spread) else "No timed record."),
-                "## Environment\n\n" + env.to_markdown(),
-                "All records, aggregated: `results.csv`; each run's own: `run-<i>/results.csv`.",
-            ]
-        )
-        + "\n"
-    )
-    cells = table.map(lambda v: html.escape(v) if isinstance(v, str) else v)
-    cells["reports"] = [
-        links(
-            p,
-            lambda r, path: (
-                f'{r}: <a href="{path}.html">html</a> <a href="{path}.ipynb">ipynb</a>'
-            ),
-        )
-        for p in table["reports"]
-    ]
-    run_cells = runs.map(lambda v: html.escape(v) if isinstance(v, str) else v)
-    run_cells["folder"] = [f'<a href="{f}/index.html">{f}</a>' for f in runs["folder"]]
-    flagged = scroll(flags.to_html(index=False)) if len(flags) else "<p>No record was flagged.</p>"
-    body = f"""<p>{html.escape(intro)}</p>
-<h2>Runs</h2>{scroll(run_cells.to_html(index=False, escape=False))}
-<h2>Notebooks</h2>{scroll(cells.to_html(index=False, escape=False, na_rep=""))}
-{sections_html}
-<h2>Flags</h2>{flagged}
-<h2>Records across runs</h2>{scroll(spread.to_html(index=False, na_rep="")) if len(spread) else "<p>No timed record.</p>"}
-<h2>Environment</h2>{scroll(env.to_html())}
-<p>All records, aggregated: <a href="results.csv">results.csv</a>; each run's own:
-<code>run-&lt;i&gt;/results.csv</code>.</p>"""
-    title = f"Workbook report: {html.escape(run['platform'])} ({n} runs)"
-    index = folder / "index.html"
-    index.write_text(page(title, body))
-    return index

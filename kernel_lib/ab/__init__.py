@@ -1,0 +1,269 @@
+"""`python -m kernel_lib ab REV_A REV_B`: two revisions compared with their runs interleaved.
+
+Both revisions are checked out as git worktrees in .cache/ab/worktrees/ (WORKTREE: the working tree
+as it is now, kernel_lib.ab.checkout), which share this venv: their requirements.txt must be the
+same. The plan (`--platform`, `--only`, `-p`) runs `--runs` times a side, the sides in turn
+(kernel_lib.ab.rounds), each run a fresh process running its own side's code; then `compare` of the
+two sides: its table on stdout, compare.html and compare.json beside the runs, the exit code
+compare's (1 as well when a run failed).
+
+OUT (default .cache/ab/<A>-<B>-<platform>[-<hash of --only, -p, --slow-b>]) holds ab.json (what is
+compared), A/run-<k>/ and B/run-<k>/ (full reports) and the comparison. An A/A (one commit on both
+sides, no --slow-b) also writes noise-floor.json and keeps it as .cache/ab/noise-floor-<platform>.json:
+the noise floor at hand, which later comparisons on the same device show with their verdicts.
+Ctrl-C keeps the finished runs and the worktrees, and `--resume` continues; the worktrees are
+removed once the comparison is written (one with changes in it stays, and is named).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from kernel_lib.ab import rounds
+from kernel_lib.ab.checkout import checked_out, read, remove, resolve
+from kernel_lib.compare import (
+    DEFAULT_FACTOR,
+    NOISE_FLOOR_FILE,
+    CompareError,
+    compare_runs,
+    load_side,
+    noise_floor,
+    read_noise_floor,
+    to_html,
+    to_json,
+    to_text,
+)  # fmt: skip
+from kernel_lib.outdir import locked
+from kernel_lib.params import ROOT, ParameterError, load_plan, parse_override
+
+STORE = ROOT / ".cache" / "ab"  # git-ignored
+STATE = "ab.json"
+DEFAULT_RUNS = 5
+IDENTITY = ("a", "b", "platform", "only", "params", "slow_b")  # what --resume must find the same
+MAX_SLOWDOWN = 5.0
+
+
+def _runs(value: str) -> int:
+    runs = int(value) if str(value).strip().isdigit() else 0
+    if runs < 1:
+        raise ParameterError(f"--runs must be an integer >= 1, not {value!r}")
+    return runs
+
+
+def _factor(value: str | None) -> float:
+    try:
+        factor = DEFAULT_FACTOR if value is None else float(value)
+    except ValueError:
+        factor = 0.0
+    if not factor > 1:
+        raise ParameterError(f"--factor must be a number > 1, not {value!r}")
+    return factor
+
+
+def _slowdown(text: str | None) -> str | None:
+    """--slow-b IMPL=FRACTION (TEST ONLY): the knob's value for side B's runs."""
+    if text is None:
+        return None
+    name, _, fraction = text.partition("=")
+    try:
+        ok = bool(name.strip()) and 0 < float(fraction) <= MAX_SLOWDOWN
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ParameterError(
+            f"--slow-b {text!r} must look like IMPLEMENTATION=FRACTION with 0 < FRACTION <= "
+            f"{MAX_SLOWDOWN:g} (0.1: that implementation's timed calls take 10 % longer)"
+        )
+    return f"{name.strip()}={float(fraction):g}"
+
+
+def _check_sides(commits: dict[str, str], platform: str, only: list[str] | None) -> None:
+    """ParameterError unless both sides can share this venv and have the plan's files."""
+    requirements = {s: read(ROOT, c, "requirements.txt") for s, c in commits.items()}
+    if requirements["A"] != requirements["B"]:
+        raise ParameterError(
+            f"requirements.txt differs between REV_A ({commits['A'][:12]}) and REV_B "
+            f"({commits['B'][:12]}): one venv cannot run both sides"
+        )
+    for side, commit in commits.items():
+        for path in [f"parameters/{platform}.yaml", *(f"notebooks/{n}.ipynb" for n in only or ())]:
+            if read(ROOT, commit, path) is None:
+                raise ParameterError(f"REV_{side} ({commit[:12]}) has no {path}")
+    mine = (
+        (ROOT / "requirements.txt").read_text() if (ROOT / "requirements.txt").exists() else None
+    )
+    if requirements["A"] != mine:
+        print("note: this venv was set up from another requirements.txt", file=sys.stderr)
+
+
+def _default_out(identity: dict) -> Path:
+    name = f"{identity['a'][:10]}-{identity['b'][:10]}-{identity['platform']}"
+    extra = [identity[k] for k in ("only", "params", "slow_b")]
+    if any(extra):
+        name += "-" + hashlib.sha1(json.dumps(extra).encode()).hexdigest()[:6]
+    return STORE / name
+
+
+def _previous(out: Path, identity: dict, resume: bool) -> dict | None:
+    """The state of the ab run in `out` that --resume continues (None: a new one); ParameterError
+    when `out` is not ours to fill or does not match."""
+    if out == ROOT or out in ROOT.parents or (out.exists() and not out.is_dir()):
+        raise ParameterError(f"--out {out} is a file or holds the repository")
+    state = None
+    if (out / STATE).exists():
+        try:
+            state = json.loads((out / STATE).read_text())
+        except ValueError:
+            raise ParameterError(f"--out {out}: {STATE} is damaged") from None
+    if state is None and out.is_dir() and any(out.iterdir()):
+        raise ParameterError(f"--out {out} holds files that are not an ab run: choose a new one")
+    if resume and state is None:
+        raise ParameterError(f"--resume: {out} holds no ab run to continue")
+    if state is not None and not resume:
+        raise ParameterError(
+            f"--out {out} holds an ab run: --resume continues it (delete it to start over)"
+        )
+    for key in IDENTITY if state else ():
+        if state.get(key) != identity[key]:
+            raise ParameterError(
+                f"--resume: {out} is an ab run of another {key} ({state.get(key)} there, "
+                f"{identity[key]} now)"
+            )
+    return state
+
+
+def _floor_at_hand(platform: str, device: str | None) -> dict | None:
+    """The noise floor an A/A on this platform stored, when it was measured on `device`."""
+    path = STORE / f"noise-floor-{platform}.json"
+    if not path.exists():
+        return None
+    try:
+        floor = read_noise_floor(path)
+    except CompareError as err:
+        print(f"note: noise floor not used: {err}", file=sys.stderr)
+        return None
+    if floor["device"] != device:
+        print(f"note: {path} was measured on {floor['device']}: not used", file=sys.stderr)
+        return None
+    return floor
+
+
+def _compare(out: Path, state: dict, failed: list[str]) -> int:
+    """`compare` of the finished runs: printed, written beside them; an A/A's noise floor kept."""
+    runs = {
+        s: [
+            rounds.folder(out, s, k) for k in range(1, state["runs"] + 1) if rounds.done(out, s, k)
+        ]
+        for s in rounds.SIDES
+    }
+    try:
+        a, b = load_side(runs["A"]), load_side(runs["B"])
+        floor = _floor_at_hand(state["platform"], a[0].device)
+        comparison = compare_runs(a, b, factor=state["factor"], noise_floor=floor)
+    except CompareError as err:  # no finished run on a side, or no record in common
+        print(f"error: compare: {err}", file=sys.stderr)
+        return 1
+    sys.stdout.write(_header(state) + to_text(comparison))
+    (out / "compare.json").write_text(json.dumps(to_json(comparison), indent=1) + "\n")
+    (out / "compare.html").write_text(to_html(comparison))
+    print(f"html: {out / 'compare.html'}\njson: {out / 'compare.json'}")
+    impl = (state["slow_b"] or "").partition("=")[0]
+    if impl and not any(key.split("/")[2:3] == [impl] for key in comparison.table["key"]):
+        print(f"note: --slow-b: no record names implementation {impl!r}", file=sys.stderr)
+    if state["a"] == state["b"] and not state["slow_b"]:
+        _keep_noise_floor(out, state, comparison)
+    for why in failed:
+        print(f"error: {why}", file=sys.stderr)
+    return max(comparison.exit_code, 1 if failed else 0)
+
+
+def _keep_noise_floor(out: Path, state: dict, comparison) -> None:
+    try:
+        floor = noise_floor(comparison)
+    except CompareError as err:
+        print(f"note: no noise floor: {err}", file=sys.stderr)
+        return
+    floor.update(
+        notebooks=state["only"] or "all",
+        measured_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        out=str(out),
+    )
+    text = json.dumps(floor, indent=1) + "\n"
+    (out / NOISE_FLOOR_FILE).write_text(text)
+    kept = STORE / f"noise-floor-{state['platform']}.json"
+    held = _floor_at_hand(state["platform"], floor["device"])
+    if held and held["runs_a_side"] > floor["runs_a_side"]:  # fewer runs do not replace it
+        print(f"noise floor of this A/A: {out / NOISE_FLOOR_FILE} ({kept} has more runs a side)")
+        return
+    kept.write_text(text)
+    print(f"noise floor of this A/A: {kept}")
+
+
+def _header(state: dict) -> str:
+    """The line that says what was compared, above compare's table."""
+    slow = f"; TEST ONLY: B slowed by {state['slow_b']}" if state["slow_b"] else ""
+    return (
+        f"ab: A = {state['revisions']['A']} ({state['a'][:12]}), B = {state['revisions']['B']} "
+        f"({state['b'][:12]}); platform {state['platform']}, notebooks "
+        f"{','.join(state['only'] or ['all'])}; runs a side: {state['runs']}, in rounds A B, B A, "
+        f"...{slow}\n"
+    )
+
+
+def ab(
+    rev_a: str,
+    rev_b: str,
+    *,
+    platform: str,
+    runs: str = str(DEFAULT_RUNS),
+    only: str | None = None,
+    params: list[str] | tuple[str, ...] = (),
+    factor: str | None = None,
+    out: str | None = None,
+    slow_b: str | None = None,
+    resume: bool = False,
+) -> int:
+    """The `ab` command (see the module docstring); its exit code. Bad input raises ParameterError
+    before anything is made or run."""
+    state = {"runs": _runs(runs), "factor": _factor(factor), "slow_b": _slowdown(slow_b)}
+    names = [n.strip() for n in only.split(",") if n.strip()] if only is not None else None
+    plan = load_plan(platform, overrides=dict(parse_override(p) for p in params), only=names)
+    commits = {"A": resolve(ROOT, rev_a, "REV_A"), "B": resolve(ROOT, rev_b, "REV_B")}
+    _check_sides(commits, plan.platform, names)
+    identity = {"a": commits["A"], "b": commits["B"], "platform": plan.platform}
+    identity.update(only=names, params=list(params), slow_b=state["slow_b"])
+    out = Path(out).resolve() if out else _default_out(identity)
+    previous = _previous(out, identity, resume) or {}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with locked(out):
+        key = hashlib.sha1(str(out).encode()).hexdigest()[:8]
+        paths = {c: STORE / "worktrees" / f"{key}-{c[:12]}" for c in set(commits.values())}
+        checkouts = {s: checked_out(ROOT, c, paths[c]) for s, c in commits.items()}
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        state.update(identity, revisions={"A": rev_a, "B": rev_b})
+        state["started_utc"] = previous.get("started_utc", started)
+        out.mkdir(exist_ok=True)
+        (out / STATE).write_text(json.dumps(state, indent=1) + "\n")
+        sides = {
+            s: rounds.Side(
+                s,
+                state["revisions"][s],
+                commits[s],
+                checkouts[s],
+                rounds.environment(checkouts[s], ROOT, state["slow_b"] if s == "B" else None),
+            )
+            for s in rounds.SIDES
+        }
+        arguments = ["--platform", plan.platform, *(["--only", ",".join(names)] if names else [])]
+        arguments += [arg for p in params for arg in ("-p", p)]
+        sys.stderr.write(_header(state) + f"ab: into {out}\n")
+        failed = rounds.run_all(out, sides, state["runs"], arguments)
+        code = _compare(out, state, failed)
+        for path in set(paths.values()):
+            if why := remove(ROOT, path):
+                print(f"note: worktree {path} kept: {why}", file=sys.stderr)
+    return code

@@ -1,0 +1,124 @@
+"""The gallery: `outputs/index.html` puts every report folder under outputs/ side by side. Its first
+screen lists the platforms, then each topic's declared headlines as small multiples, one panel per
+headline key with a bar per platform (each labelled with the dtype and shape it was measured at),
+then the same figures as a table. Built from saved records and run.json files only, so
+`python -m kernel_lib report` rebuilds everything without running a notebook."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from kernel_lib.report.aggregate import RUN_FILE, counts
+from kernel_lib.report.findings import (
+    HEADLINE_COLUMNS,
+    correctness_summary,
+    figure_text,
+    headline_rows,
+    measured_at,
+)
+from kernel_lib.report.markup import details, link, page, table, text
+from kernel_lib.report.pages import panels_html
+from kernel_lib.report.read import report_folders, report_records
+from kernel_lib.reportfiles import read_run
+
+GALLERY = "index.html"
+
+
+def _platform_row(outputs: Path, folder: Path, run: dict, records: pd.DataFrame) -> dict:
+    env = run.get("environment", {})
+    statuses = [nb["status"] for nb in run.get("notebooks", [])]
+    checks = correctness_summary(records).sum(numeric_only=True)
+    busy = [
+        nb["notebook"] for nb in run.get("notebooks", []) if (nb.get("machine") or {}).get("busy")
+    ]
+    name = folder.name
+    links = " · ".join(
+        found
+        for found in (
+            link(outputs, f"{name}/SUMMARY.md", "summary"),
+            link(outputs, f"{name}/results.csv", "records"),
+        )
+        if found
+    )
+    return {
+        "platform": link(outputs, f"{name}/index.html", name) or html.escape(name),
+        "device": html.escape(f"{env.get('name', '?')} ({env.get('backend', '?')})"),
+        "date (UTC)": html.escape(str(run.get("started_utc", "?"))),
+        "git": html.escape(str(run.get("git", "?"))),
+        "runs": run.get("repeat", 1),
+        "notebooks": html.escape(counts(statuses) if statuses else "none"),
+        "checks": f"{int(checks.get('checks passed', 0))} passed, "
+        f"{int(checks.get('checks failed', 0))} failed, {int(checks.get('skipped', 0))} skipped",
+        "busy machine": html.escape(", ".join(busy)),
+        "links": links,
+    }
+
+
+def _cell(rows: pd.DataFrame) -> str:
+    """A platform's figures for one key (one per shape it measured), each with where it was
+    measured."""
+    return "<br>".join(
+        html.escape(figure_text(r))
+        + (f"<br><small>{text(measured_at(r))}</small>" if r["status"] == "ok" else "")
+        for _, r in rows.iterrows()
+    )
+
+
+def headline_table(rows: pd.DataFrame, platforms: list[str]) -> pd.DataFrame:
+    """One row per headline key (its title), one column per platform (HTML cells; '—' where the
+    platform has no record of it)."""
+    frame = pd.DataFrame(
+        [
+            {
+                "headline": f"{html.escape(title)}<br><small><code>{html.escape(key)}</code></small>",
+                **{p: _cell(mine[mine["platform"] == p]) or "—" for p in platforms},
+            }
+            for (key, title), mine in rows.groupby(["key", "title"], sort=False)
+        ],
+        columns=["headline", *platforms],
+    )
+    return frame
+
+
+def build_gallery(outputs: str | Path) -> Path:
+    """Write `outputs/index.html`: every report folder under `outputs` (device, date, git revision,
+    notebook statuses, checks, links) and each topic's declared headlines side by side across
+    platforms, as small multiples and as a table."""
+    outputs = Path(outputs)
+    folders = report_folders(outputs)
+    listing, frames = [], []
+    for folder in folders:
+        run = read_run(folder / RUN_FILE)
+        records = report_records(folder)
+        listing.append(_platform_row(outputs, folder, run, records))
+        frames.append(headline_rows(records, folder.name))
+    platforms = [f.name for f in folders]
+    frames = [f for f in frames if len(f)]
+    rows = (
+        pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=HEADLINE_COLUMNS)
+    )
+    listing_html = (
+        table(pd.DataFrame(listing), raw=tuple(listing[0]))
+        if listing
+        else "<p>No report folder (with a run.json) under this folder yet.</p>"
+    )
+    if len(rows):
+        shown = headline_table(rows, platforms)
+        headlines_html = panels_html(rows, platforms) + details(
+            "Every headline as a table", table(shown, raw=tuple(shown.columns))
+        )
+    else:
+        headlines_html = "<p>No report declares a headline yet.</p>"
+    body = f"""<p>Every report folder under <code>{html.escape(outputs.name)}/</code>, and each topic's
+declared headlines side by side: one panel per headline, a bar per platform. Ratios are baseline /
+subject per interleaved round, median, with a 95 % interval (&gt; 1: the subject is faster); a
+repeated report shows the median over its runs. Rebuilt from records by
+<code>python -m kernel_lib report</code>.</p>
+<h2>Platforms</h2>{listing_html}
+<h2>Headlines</h2>{headlines_html}"""
+    target = outputs / GALLERY
+    target.write_text(page("Kernel workbook: every platform", body))
+    return target

@@ -1,0 +1,103 @@
+"""Headline panels: one small figure per headline key, one horizontal bar per platform (and per
+shape where a platform measured the key at several), drawn as what the figure is: a ratio against
+a baseline coloured by its verdict with a line at 1, or a fraction of a ceiling (0-1, one neutral
+colour, the ceiling named), with its 95 % interval as whiskers. A platform whose headline did not
+run shows why in place of its bar. Laid out as small multiples by `pages`."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from kernel_lib.report.findings import figure_text, number
+
+COLOURS = {"faster": "#2a7f3f", "slower": "#b33a3a", "no clear difference": "#8c8c8c"}
+CEILING_COLOUR = "#3b6ea8"
+
+
+@dataclass(frozen=True)
+class Panel:
+    key: str
+    title: str
+    figure: Figure
+    bars: int  # bars drawn (an `ok` figure each)
+    platforms: int  # platforms with an `ok` figure for this key
+    caption: list[str]  # per bar: 'platform: implementation dtype shape'
+
+
+def _fields(row: pd.Series) -> dict:
+    """A headline row's dtype and shape parameters, by name."""
+    shape = dict(p.split("=", 1) for p in row["shape"].split(",") if "=" in p)
+    return {"dtype": row["dtype"], **shape}
+
+
+def _labels(rows: pd.DataFrame) -> list[str]:
+    """Each row's bar label: its platform, and where one platform has several rows, the dtype or
+    shape parameters that tell them apart."""
+    labels = []
+    for _, row in rows.iterrows():
+        mine = [_fields(r) for _, r in rows[rows["platform"] == row["platform"]].iterrows()]
+        own = _fields(row)
+        differ = [k for k in own if len({m.get(k) for m in mine}) > 1]
+        labels.append(
+            " ".join([row["platform"], ",".join(f"{k}={own[k]}" for k in differ)]).strip()
+        )
+    return labels
+
+
+def panel(rows: pd.DataFrame) -> Panel:
+    """The panel of one headline key from its rows (`findings.headline_rows`, any platforms)."""
+    first = rows.iloc[0]
+    ceiling = first["kind"] == "ceiling"
+    labels = _labels(rows)
+    fig = Figure(figsize=(4.6, 0.95 + 0.34 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    top, caption = 1.0, []
+    for y, ((_, row), label) in enumerate(zip(rows.iterrows(), labels)):
+        value, low, high = number(row["value"]), number(row["low"]), number(row["high"])
+        if row["status"] != "ok" or value is None:
+            ax.text(0.02, y, textwrap.shorten(figure_text(row), 60), va="center", fontsize=7)
+            continue
+        colour = CEILING_COLOUR if ceiling else COLOURS.get(row["verdict"], CEILING_COLOUR)
+        error = None
+        if low is not None and high is not None:
+            error = [[max(value - low, 0)], [max(high - value, 0)]]
+        ax.barh(y, value, xerr=error, color=colour, capsize=2, height=0.6)
+        ax.text(max(value, high or value), y, f" {value:.2f}", va="center", fontsize=7)
+        top = max(top, value, high or value)
+        caption.append(
+            f"{label}: {' '.join(p for p in (row['implementation'], row['dtype'], row['shape']) if p)}"
+        )
+    ax.axvline(1.0, color="k", lw=1, ls="--")
+    ax.set_xlim(0, top * 1.25)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    fig.suptitle(textwrap.fill(first["title"], 70), x=0.01, ha="left", fontsize=8)
+    if ceiling:
+        ax.set_xlabel(textwrap.fill(f"fraction of {first['against']} (1 = at it)", 60), fontsize=7)
+    else:
+        ax.set_xlabel("speed-up over the baseline (x, > 1 faster)", fontsize=7)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(True, axis="x", alpha=0.3)
+    ok = rows[rows["status"] == "ok"]
+    return Panel(
+        key=first["key"],
+        title=first["title"],
+        figure=fig,
+        bars=len(ax.patches),
+        platforms=ok["platform"].nunique(),
+        caption=caption,
+    )
+
+
+def panels(rows: pd.DataFrame, platforms: list[str]) -> dict[str, list[Panel]]:
+    """Per topic, a panel per headline key, its rows in `platforms` order."""
+    order = {p: i for i, p in enumerate(platforms)}
+    rows = rows.assign(_order=rows["platform"].map(order)).sort_values("_order", kind="stable")
+    return {
+        str(topic): [panel(group) for _, group in topic_rows.groupby("key", sort=False)]
+        for topic, topic_rows in rows.groupby("topic", sort=False)
+    }

@@ -1,0 +1,48 @@
+"""A report folder read back: its run.json and its records (a repeated report: the aggregate over
+its runs), checked by `reportfiles` so that a damaged file stops a rebuild before anything is
+written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from kernel_lib.report.aggregate import RUN_FILE, aggregate_records, repeat_of
+from kernel_lib.reportfiles import notebook_records, read_run, read_table
+
+# What a report shows from its run.json, beyond the notebooks' own rows (reportfiles.Run).
+RUN_KEYS = (
+    "platform", "parameters", "started_utc", "finished_utc", "git", "command", "environment",
+    "notebooks",
+)  # fmt: skip
+
+
+def report_folders(outputs: str | Path) -> list[Path]:
+    """The report folders directly under `outputs` (each has a run.json), by name."""
+    outputs = Path(outputs)
+    if not outputs.is_dir():
+        return []
+    return sorted(p for p in outputs.iterdir() if p.is_dir() and (p / RUN_FILE).exists())
+
+
+def report_records(folder: str | Path) -> pd.DataFrame:
+    """A report's records with a `notebook` column: from its `<notebook>.results.json` files; for a
+    repeated report, the aggregate over its runs (`aggregate.aggregate_records`); where the JSON
+    files are not kept (outputs/reference in git), from its results.csv."""
+    folder = Path(folder)
+    if repeat_of(folder) > 1:
+        return aggregate_records(folder)
+    records = notebook_records(folder)
+    if not records.empty:
+        return records
+    table = folder / "results.csv"
+    records = read_table(table) if table.exists() else pd.DataFrame()
+    return records if len(records.columns) else pd.DataFrame(columns=["notebook", "status"])
+
+
+def read_report(folder: str | Path) -> tuple[dict, pd.DataFrame]:
+    """A report folder's run.json and records, with a `notebook` column (a repeated report: the
+    aggregate over its runs); ParameterError for a damaged file."""
+    folder = Path(folder)
+    return read_run(folder / RUN_FILE, required=RUN_KEYS), report_records(folder)
