@@ -2,6 +2,7 @@ import dataclasses
 import json
 
 import pandas as pd
+import pytest
 
 from kernel_lib.records import (
     as_headline,
@@ -160,3 +161,17 @@ def test_flagged_records_are_listed_in_the_index(tmp_path, cpu_facts):
     (tmp_path / "run.json").write_text(json.dumps(run))
     index = build_report(tmp_path).read_text()
     assert "<h2>Flags</h2>" in index and "slower than plain compiled plain" in index
+
+
+def test_a_ceiling_headline_shows_the_rates_fraction_not_the_time_ratio(cpu_facts):
+    """A quantiser moves 5/8 of the bytes its fp32 copy does: at the same time its figure is 0.625
+    of the copy's bandwidth, not the time ratio (1.5 here). The interval scales with it."""
+    copy = measured("fp8", "quantize", "copy", T, facts=cpu_facts, bytes=8e6)
+    quant = measured("fp8", "quantize", "q", T, facts=cpu_facts, bytes=5e6)
+    quant = with_ratio(quant, copy, Ratio(1.5, 1.2, 1.8, 0.95, 10))
+    quant = with_peak(quant, copy.gbps, basis="copy", rate="gbps")
+    frame = to_frame_with_verdict([as_headline(quant, "fp8.quantize_vs_copy")])
+    (row,) = headline_rows(frame, "cpu").to_dict("records")
+    assert (row["kind"], row["against"]) == ("ceiling", "copy")
+    assert row["value"] == pytest.approx(0.625)
+    assert (row["low"], row["high"]) == pytest.approx((0.5, 0.75))

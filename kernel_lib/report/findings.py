@@ -26,6 +26,11 @@ def number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _scaled(value, scale: float) -> float | None:
+    value = number(value)
+    return None if value is None else value * scale
+
+
 def _text(value) -> str:
     return value if isinstance(value, str) else ""
 
@@ -41,10 +46,15 @@ def headline_rows(records: pd.DataFrame, platform: str) -> pd.DataFrame:
     rows = []
     for _, r in records[records["headline"].notna()].iterrows():
         declared = headline(r["headline"])
-        ratio = number(r.get("ratio_vs_baseline"))
+        ratio, fraction = number(r.get("ratio_vs_baseline")), number(r.get("fraction_of_peak"))
         ceiling = declared.ceiling if declared else None
-        if ratio is None and number(r.get("fraction_of_peak")) is not None:
-            kind, value, against = "ceiling", number(r["fraction_of_peak"]), r.get("peak_basis")
+        # A ceiling's figure is the rate's fraction of it (a quantiser writes fewer bytes than the
+        # copy it is measured against: its time ratio is not that fraction); the ratio's interval,
+        # paired by round, scales with it (rate = work / time, the work fixed).
+        scale = fraction / ratio if ceiling and fraction is not None and ratio else 1.0
+        if (ceiling or ratio is None) and fraction is not None:
+            kind, value = "ceiling", fraction
+            against = _text(r.get("peak_basis")) or ceiling  # the measured basis, in full
         else:
             kind, value = ("ceiling" if ceiling else "ratio"), ratio
             against = ceiling or r.get("baseline")
@@ -58,13 +68,13 @@ def headline_rows(records: pd.DataFrame, platform: str) -> pd.DataFrame:
                 "reason": _text(r.get("reason")),
                 "kind": kind,
                 "value": value,
-                "low": number(r.get("ratio_low")) if ratio is not None else None,
-                "high": number(r.get("ratio_high")) if ratio is not None else None,
+                "low": _scaled(r.get("ratio_low"), scale) if ratio is not None else None,
+                "high": _scaled(r.get("ratio_high"), scale) if ratio is not None else None,
                 "against": _text(against),
                 "verdict": _text(r.get("verdict")) if kind == "ratio" else "",
                 "runs": number(r.get("runs")),
-                "run_min": number(r.get("ratio_min")) if ratio is not None else None,
-                "run_max": number(r.get("ratio_max")) if ratio is not None else None,
+                "run_min": _scaled(r.get("ratio_min"), scale) if ratio is not None else None,
+                "run_max": _scaled(r.get("ratio_max"), scale) if ratio is not None else None,
                 "implementation": _text(r.get("implementation")),
                 "dtype": _text(r.get("dtype")),
                 "shape": shape_text(r),
