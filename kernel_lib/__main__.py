@@ -179,6 +179,12 @@ def cmd_check(args) -> int:
         raise ParameterError(
             f"no executed notebooks in {source.relative_to(ROOT)}: run the report first"
         )
+    if args.only is not None:  # a subset, say under an ISA where only some of them can differ
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        have = [nb.stem for nb in notebooks]
+        if not names or set(names) - set(have):
+            raise ParameterError(f"--only {args.only!r}: a comma-separated list among {have}")
+        notebooks = [nb for nb in notebooks if nb.stem in names]
     work = ROOT / ".cache" / "nbval" / platform
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -300,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         "check", help="re-execute outputs/<platform>/ and compare tagged outputs"
     )
     check.add_argument("--platform", help="report folder under outputs/ (default: detected)")
+    check.add_argument("--only", help="comma-separated notebooks of the report (default: all)")
     check.set_defaults(func=cmd_check)
 
     # `compare A... -- B...` splits its own arguments at `--` (kernel_lib.compare.parse_args)

@@ -72,6 +72,11 @@ def test_platforms_lists_files_and_detection(capsys):
     assert "cpu" in out and "this machine:" in out
 
 
+def test_check_only_names_notebooks_of_the_report(capsys):
+    assert cli.main(["check", "--platform", "reference", "--only", "moe,nope"]) == 2
+    assert "--only 'moe,nope'" in capsys.readouterr().err
+
+
 def test_check_without_a_report_exits_2(capsys):
     assert cli.main(["check", "--platform", "no-such-report"]) == 2
 
