@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from kernel_lib.report.findings import figure_text, headline_rows, measured_at, number
 from kernel_lib.report.markup import png_data_uri
-from kernel_lib.report.panels import CEILING_COLOUR, COLOURS
+from kernel_lib.report.panels import bar
 
 TAG = "kernel-workbook-findings"  # the inserted cell's tag: replaced, never duplicated
 
@@ -24,11 +24,7 @@ def findings_figure(rows: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(8, 0.8 + 0.32 * max(len(ok), 1)), layout="constrained")
     ax = fig.subplots()
     for y, (_, row) in enumerate(ok.iterrows()):
-        value, low, high = number(row["value"]), number(row["low"]), number(row["high"])
-        colour = CEILING_COLOUR if row["kind"] == "ceiling" else COLOURS.get(row["verdict"])
-        error = None if low is None or high is None else [[value - low], [high - value]]
-        ax.barh(y, value, xerr=error, color=colour or CEILING_COLOUR, capsize=2, height=0.6)
-        ax.text(max(value, high or value), y, f" {value:.2f}", va="center", fontsize=7)
+        bar(ax, y, row)
     labels = [textwrap.shorten(f"{t} · {s}", 75) for t, s in zip(ok["title"], ok["shape"])]
     ax.set_yticks(range(len(ok)), labels, fontsize=7)
     ax.set_ylim(len(ok) - 0.5, -0.5)

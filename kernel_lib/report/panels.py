@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kernel_lib.report.findings import figure_text, number
+from kernel_lib.report.findings import figure_text, measured_at, number
 
 COLOURS = {"faster": "#2a7f3f", "slower": "#b33a3a", "no clear difference": "#8c8c8c"}
 CEILING_COLOUR = "#3b6ea8"
@@ -48,6 +48,20 @@ def _labels(rows: pd.DataFrame) -> list[str]:
     return labels
 
 
+def bar(ax, y: float, row: pd.Series) -> float:
+    """Draw a headline row's figure (status ok) as a horizontal bar at `y`: a ratio coloured by
+    its verdict, a ceiling's fraction in blue, its 95 % interval as whiskers, its value beside it.
+    Returns where the bar and its whisker end."""
+    value, low, high = number(row["value"]), number(row["low"]), number(row["high"])
+    colour = CEILING_COLOUR if row["kind"] == "ceiling" else COLOURS.get(row["verdict"])
+    error = None
+    if low is not None and high is not None:
+        error = [[max(value - low, 0)], [max(high - value, 0)]]
+    ax.barh(y, value, xerr=error, color=colour or CEILING_COLOUR, capsize=2, height=0.6)
+    ax.text(max(value, high or value), y, f" {value:.2f}", va="center", fontsize=7)
+    return max(value, high or value)
+
+
 def panel(rows: pd.DataFrame) -> Panel:
     """The panel of one headline key from its rows (`findings.headline_rows`, any platforms)."""
     first = rows.iloc[0]
@@ -57,20 +71,11 @@ def panel(rows: pd.DataFrame) -> Panel:
     ax = fig.subplots()
     top, caption = 1.0, []
     for y, ((_, row), label) in enumerate(zip(rows.iterrows(), labels)):
-        value, low, high = number(row["value"]), number(row["low"]), number(row["high"])
-        if row["status"] != "ok" or value is None:
+        if row["status"] != "ok" or number(row["value"]) is None:
             ax.text(0.02, y, textwrap.shorten(figure_text(row), 60), va="center", fontsize=7)
             continue
-        colour = CEILING_COLOUR if ceiling else COLOURS.get(row["verdict"], CEILING_COLOUR)
-        error = None
-        if low is not None and high is not None:
-            error = [[max(value - low, 0)], [max(high - value, 0)]]
-        ax.barh(y, value, xerr=error, color=colour, capsize=2, height=0.6)
-        ax.text(max(value, high or value), y, f" {value:.2f}", va="center", fontsize=7)
-        top = max(top, value, high or value)
-        caption.append(
-            f"{label}: {' '.join(p for p in (row['implementation'], row['dtype'], row['shape']) if p)}"
-        )
+        top = max(top, bar(ax, y, row))
+        caption.append(f"{label}: {measured_at(row)}")
     ax.axvline(1.0, color="k", lw=1, ls="--")
     ax.set_xlim(0, top * 1.25)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
