@@ -37,7 +37,7 @@ OUTPUTS = ROOT / "outputs"
 TOPICS = {
     "device": ("kernel_lib.backends.bench", None),
     "moe": ("kernel_lib.moe.plan", "moe"),
-    "fp8": ("kernel_lib.fp8.bench", "fp8"),
+    "fp8": ("kernel_lib.fp8.plan", "fp8"),
     "attention": ("kernel_lib.attention.plan", "flex_attention"),
 }
 
@@ -63,7 +63,8 @@ def _repeat(value: str) -> int:
 
 
 def cmd_run(args) -> int:
-    from kernel_lib.runner import FAILED_STATUSES, run_repeated  # CLI start-up
+    from kernel_lib.run.execute import FAILED_STATUSES  # CLI start-up
+    from kernel_lib.run.plan import run_repeated  # CLI start-up
 
     repeat = _repeat(args.repeat)
     overrides = dict(parse_override(p) for p in args.param)
@@ -122,7 +123,7 @@ def _bench_under_allocator(args, plan) -> int:
     """The same `bench` in a child process started as the runner starts each notebook kernel: the
     plan's allocator (its variables are read at process start) and this checkout's code, so
     `bench` and the notebooks time under one malloc."""
-    from kernel_lib.runner import kernel_allocator, kernel_environment  # CLI start-up
+    from kernel_lib.run.environment import kernel_allocator, kernel_environment  # CLI start-up
 
     command = [
         sys.executable,

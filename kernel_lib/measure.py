@@ -3,7 +3,8 @@
 A `Candidate` cannot be built without its check, and `compare` calls each candidate once, checks
 that very output against its reference (same shape, dtype and mode as the timing), and times only
 the candidates that passed, all interleaved in one process (`time_interleaved`), so every ratio
-against the baseline comes with an interval from paired rounds.
+against the baseline comes with an interval from paired rounds. A correctness table shown in a
+notebook (checked, never timed) becomes records through `check_table_records`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +22,9 @@ from kernel_lib import records as rec
 from kernel_lib.checks import Check, Unsupported
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.timing import ratio, time_interleaved
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MIN_ROUNDS = 6  # the fewest paired rounds whose order statistics give a 95 % interval (96.9 %)
 # TEST ONLY (kernel_lib.sensitivity): "implementation=fraction" makes that candidate's timed calls
@@ -233,3 +238,61 @@ def with_baseline(records: list[rec.Record], baseline: str) -> list[rec.Record]:
 def relabel(records: list[rec.Record], **fields) -> list[rec.Record]:
     """The same records with `fields` replaced (e.g. a sweep's case name)."""
     return [dataclasses.replace(r, **fields) for r in records]
+
+
+VERDICTS = ("PASS", "FAIL", "skipped", "failed")  # the `check` column of a correctness table
+
+
+def check_table_records(
+    table: pd.DataFrame,
+    case: Case,
+    *,
+    facts: DeviceFacts,
+    implementation: Callable[[dict], str],
+    reference: str,
+    error: str = "rel_error",
+    shape_columns: Sequence[str] = (),
+    metrics: Sequence[str] = (),
+) -> list[rec.Record]:
+    """One untimed record per row of a correctness table, whose `check` column is one of
+    VERDICTS: `skipped` or `failed` with the row's `reason`; else its Check (the `error` column:
+    relative error against `reference`, with `max_abs_error` and `tolerance`), `wrong` where
+    FAIL, else metrics-only with the `metrics` columns. Identity: `case` (its shape plus the
+    row's `shape_columns`) and `implementation(row)`."""
+    out = []
+    for row in table.to_dict("records"):
+        if row["check"] not in VERDICTS:
+            raise ValueError(f"check={row['check']!r} must be one of {VERDICTS}")
+        name = implementation(row)
+        known = {
+            "facts": facts,
+            "dtype": case.dtype,
+            "shape": case.shape | {c: row[c] for c in shape_columns},
+            "mode": case.mode,
+        }
+        if row["check"] in ("skipped", "failed"):
+            make = rec.skipped if row["check"] == "skipped" else rec.failed
+            out.append(make(case.topic, case.case, name, row["reason"], **known))
+            continue
+        passed = row["check"] == "PASS"
+        check = Check(
+            reference, row["max_abs_error"], row[error], row["tolerance"], "rel_error", passed
+        )
+        if not passed:
+            out.append(rec.wrong(case.topic, case.case, name, check, **known))
+            continue
+        values = {m: row[m] for m in metrics}
+        out.append(
+            rec.info(case.topic, case.case, name, metrics=values, check=check.as_dict(), **known)
+        )
+    return out
+
+
+def require_passed(table: pd.DataFrame, what: str) -> pd.DataFrame:
+    """`table` (a correctness table, its `check` column one of VERDICTS) where no row FAILed;
+    else AssertionError naming `what` and listing the rows that did (a notebook's check cell
+    fails, after its records were kept)."""
+    failed = table[table["check"] == "FAIL"]
+    if len(failed):
+        raise AssertionError(f"{what}: {len(failed)} check(s) failed:\n{failed}")
+    return table

@@ -38,7 +38,7 @@ RECORD_REQUIRED = frozenset({*_NO_DEFAULT, "record_id"})
 RECORD_DEFAULTS = to_dicts([Record(**_NO_DEFAULT)])[0]
 
 
-# run.json as the runner writes it (runner.run_plan; aggregate.write_aggregate_run for --repeat N),
+# run.json as the runner writes it (run/plan.py; aggregate.write_aggregate_run for --repeat N),
 # less the run ids, which are only shown as saved
 class Machine(TypedDict, total=False):
     cores: int | None
@@ -53,7 +53,7 @@ class _NotebookKeys(TypedDict):
     status: str
 
 
-class NotebookRow(_NotebookKeys, total=False):  # runner.NotebookResult
+class NotebookRow(_NotebookKeys, total=False):  # run.execute.NotebookResult
     detail: str
     seconds: float | None
     git: str

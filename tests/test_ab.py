@@ -19,7 +19,7 @@ from kernel_lib.__main__ import main
 from kernel_lib.ab import checkout, rounds
 from kernel_lib.measure import TEST_SLOWDOWN_ENV
 from kernel_lib.params import ROOT
-from kernel_lib.records import Record, stamp, to_dicts
+from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
 
 JITTER = (1.0, 1.02, 0.98, 1.01, 0.99)  # run-to-run noise of the fake runs, the same on both sides
 IDENTITY = {**checkout.SNAPSHOT_IDENTITY, "GIT_CONFIG_GLOBAL": os.devnull}
@@ -106,7 +106,7 @@ def fake_runs(monkeypatch):
             stamp([timed("x", j), timed("y", 2 * j * slow)], run_id=into.name, platform="ci")
         )
         into.mkdir(parents=True)
-        (into / f"bench{compare.RESULTS_SUFFIX}").write_text(json.dumps(rows))
+        (into / f"bench{RESULTS_SUFFIX}").write_text(json.dumps(rows))
         run = {"platform": "ci", "run_id": into.name, "git": side.commit[:7]}
         (into / "run.json").write_text(json.dumps({**run, "environment": {"name": "Test CPU"}}))
         return 0, "ok"

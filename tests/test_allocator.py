@@ -2,8 +2,9 @@
 
 import pytest
 
-from kernel_lib import allocator, runner
+from kernel_lib import allocator
 from kernel_lib.params import ParameterError, load_plan
+from kernel_lib.run.plan import run_plan
 
 
 def test_each_choice_sets_only_its_variables_and_names_itself(tmp_path):
@@ -63,7 +64,7 @@ def test_the_runner_refuses_an_allocator_that_is_not_installed(plan_dir, monkeyp
     monkeypatch.setattr(allocator, "_library_dirs", lambda: [tmp_path / "nowhere"])
     plan = _plan(plan_dir, "workbook: {notebooks: [a], allocator: jemalloc}\n")
     with pytest.raises(ParameterError, match=r"p.yaml: allocator jemalloc: .* libjemalloc2\)$"):
-        runner.run_plan(plan, tmp_path / "out", progress=False)
+        run_plan(plan, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -78,7 +79,7 @@ def test_the_kernel_gets_the_allocator_and_run_json_records_it(tmp_path, write_n
     (prm / "p.yaml").write_text("workbook: {notebooks: [a], allocator: system_kept}\n")
     plan = load_plan("p", parameters_dir=prm, notebooks_dir=nbs)
     out = tmp_path / "out"
-    runner.run_plan(plan, out, progress=False)
+    run_plan(plan, out, progress=False)
     described = allocator.describe("system_kept")
     assert f"allocator: {described}" in (out / "a.ipynb").read_text()
     assert f'"allocator": "{described}"' in (out / "run.json").read_text()

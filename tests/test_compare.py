@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from kernel_lib import compare
-from kernel_lib.records import Record, stamp, to_dicts
+from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
 
 VERDICT_RE = re.compile(r"\b(" + "|".join(compare.VERDICT_WORDS) + r")\b")
 JITTER = (1.0, 1.02, 0.98, 1.01, 0.99)  # run-to-run noise of the fixture runs
@@ -52,7 +52,7 @@ def write_report(folder, records, *, platform="cpu", device="Test CPU", run_id="
     run.json like the runner's."""
     folder.mkdir(parents=True)
     rows = to_dicts(stamp(records, run_id=run_id, platform=platform))
-    (folder / f"bench{compare.RESULTS_SUFFIX}").write_text(json.dumps(rows))
+    (folder / f"bench{RESULTS_SUFFIX}").write_text(json.dumps(rows))
     run = {
         "platform": platform,
         "run_id": run_id,
@@ -103,10 +103,10 @@ def test_permutation_test_against_hand_computed_example():
 
 
 def test_permutation_test_samples_beyond_the_exact_limit(monkeypatch):
-    monkeypatch.setattr(compare, "EXACT_LIMIT", 1)
-    monkeypatch.setattr(compare, "SAMPLED_RELABELLINGS", 4000)
+    monkeypatch.setattr(compare.verdict, "EXACT_LIMIT", 1)
+    monkeypatch.setattr(compare.verdict, "SAMPLED_RELABELLINGS", 4000)
     p = compare.permutation_p([1, 2, 3], [4, 5, 6], alternative="greater")
-    assert p == pytest.approx(1 / 20, abs=0.015)
+    assert p == pytest.approx(1 / 20, abs=0.015) and p != 1 / 20  # (hits + 1) / 4001: sampled
 
 
 def test_timing_verdict_rules():
@@ -181,9 +181,7 @@ def test_a_repeated_report_counts_as_its_runs_not_its_aggregate(tmp_path):
     a, b = side(tmp_path, "a"), side(tmp_path, "b", slow=2.0)
     # the folder's own aggregate records (and a non-numbered folder) are not runs
     write_report(tmp_path / "agg", [timed("b", 100.0)]).rename(tmp_path / "x")
-    (tmp_path / "x" / f"bench{compare.RESULTS_SUFFIX}").rename(
-        b / f"bench{compare.RESULTS_SUFFIX}"
-    )
+    (tmp_path / "x" / f"bench{RESULTS_SUFFIX}").rename(b / f"bench{RESULTS_SUFFIX}")
     (b / "run-old").mkdir()
     c = compare.compare_folders([a], [b])
     assert [r.folder.name for r in c.b] == ["run-1", "run-2", "run-3"]

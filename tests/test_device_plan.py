@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kernel_lib import runner
 from kernel_lib.device_plan import budget, cli, preflight, wheels
 from kernel_lib.params import ROOT, config_class, load_plan, notebook_defaults, notebook_parameters
 from kernel_lib.platform import datasheet_for
+from kernel_lib.run.execute import KERNEL_NAME
 
 QUICK = {"h100-quick": "H100", "h200-quick": "H200"}
 
@@ -183,7 +183,7 @@ def test_environment_puts_the_target_first_for_children_and_kernels(tmp_path):
     assert env["PYTHONPATH"] == f"{tmp_path}:/a"
     assert env["JUPYTER_PATH"] == f"{tmp_path / 'share' / 'jupyter'}:/j"
     assert "PYTHONPATH" not in wheels.environment(tmp_path, environ, on_path=False)
-    assert wheels.KERNEL_NAME == runner.KERNEL_NAME
+    assert wheels.KERNEL_NAME == KERNEL_NAME
 
 
 def test_requirements_pin_the_venvs_versions_and_leave_the_image_its_own():

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from kernel_lib import runner
+from kernel_lib.run.execute import execute, kernel_config
 
 
 @pytest.mark.skipif(os.name != "posix", reason="Unix sockets only")
@@ -13,7 +13,7 @@ def test_a_run_prints_no_tcp_warning_and_leaves_no_sockets(tmp_path, write_noteb
     notebook = write_notebook(tmp_path / "hello.ipynb", "print(n + 1)")
     out = tmp_path / "report"
     out.mkdir()
-    result = runner.execute(notebook, out / "hello.ipynb", {"n": 41}, timeout=60, progress=False)
+    result = execute(notebook, out / "hello.ipynb", {"n": 41}, timeout=60, progress=False)
     console = "".join(capfd.readouterr())  # the kernel writes to the file descriptors it inherits
     assert result.status == "ok", result
     assert "without encryption" not in console and "Kernel is running over TCP" not in console
@@ -22,6 +22,6 @@ def test_a_run_prints_no_tcp_warning_and_leaves_no_sockets(tmp_path, write_noteb
 
 @pytest.mark.skipif(os.name != "posix", reason="Unix sockets only")
 def test_the_kernel_sockets_lie_in_the_folder_given(tmp_path):
-    config = runner.kernel_config(tmp_path)
+    config = kernel_config(tmp_path)
     assert config.KernelManager.transport == "ipc"
     assert config.KernelManager.ip == str(tmp_path / "kernel")

@@ -9,14 +9,17 @@ import nbformat
 import pytest
 
 from kernel_lib import __main__ as cli
-from kernel_lib import outdir, params, runner
+from kernel_lib import outdir, params
 from kernel_lib.params import ROOT, load_plan
+from kernel_lib.run.environment import code_environment
+from kernel_lib.run.execute import NotebookResult
+from kernel_lib.run.plan import run_plan
 
 
 def fake_execute(notebook, output, parameters, **options):
     """A notebook run in no time: an empty executed notebook."""
     nbformat.write(nbformat.v4.new_notebook(), str(output))
-    return runner.NotebookResult(notebook.stem, "ok", "", 0.0)
+    return NotebookResult(notebook.stem, "ok", "", 0.0)
 
 
 def interrupt(*args, **kwargs):
@@ -33,7 +36,7 @@ def run(tmp_path, write_notebook, monkeypatch, capsys):
     (prm / "p.yaml").write_text("workbook: {notebooks: [a]}\n")
     monkeypatch.setattr(params, "PARAMETERS_DIR", prm)
     monkeypatch.setattr(params, "NOTEBOOKS_DIR", nbs)
-    monkeypatch.setattr(runner, "execute", fake_execute)
+    monkeypatch.setattr("kernel_lib.run.plan.execute", fake_execute)
 
     def run(out, *argv):
         capsys.readouterr()
@@ -146,7 +149,7 @@ def test_a_run_in_progress_holds_no_run_json(run, out, monkeypatch):
         seen.extend(p.name for p in output.parent.iterdir())
         return fake_execute(notebook, output, parameters)
 
-    monkeypatch.setattr(runner, "execute", execute)
+    monkeypatch.setattr("kernel_lib.run.plan.execute", execute)
     assert run(out)[0] == 0
     assert (
         "index.html" in seen and "run.json" not in seen
@@ -164,15 +167,15 @@ def read_only_report(folder):
 
 
 @pytest.mark.parametrize(
-    "target, name, fault",
-    [(runner.shutil, "copytree", full_copy), (runner, "build_report", read_only_report)],
+    "target, fault",
+    [("shutil.copytree", full_copy), ("kernel_lib.run.plan.build_report", read_only_report)],
 )
 def test_a_disk_error_is_one_line_and_leaves_the_previous_report(
-    run, out, monkeypatch, target, name, fault
+    run, out, monkeypatch, target, fault
 ):
     assert run(out)[0] == 0
     before = files(out.parent)
-    monkeypatch.setattr(target, name, fault)
+    monkeypatch.setattr(target, fault)
     code, err = run(out)
     staging = out.parent / f".staging-out-{os.getpid()}"
     assert code == 1 and last_line(err).startswith(f"error: {staging}/")
@@ -184,7 +187,7 @@ def test_a_disk_error_is_one_line_and_leaves_the_previous_report(
 def test_ctrl_c_is_one_line_exit_130_and_leaves_the_previous_report(run, out, monkeypatch, repeat):
     assert run(out)[0] == 0
     before = files(out.parent)
-    monkeypatch.setattr(runner, "execute", interrupt)
+    monkeypatch.setattr("kernel_lib.run.plan.execute", interrupt)
     code, err = run(out, "--repeat", repeat)
     assert code == 130
     assert last_line(err) == f"interrupted: the previous report in {out} is unchanged"
@@ -211,12 +214,12 @@ def test_an_error_line_is_cut_to_a_readable_length(capsys, tmp_path, monkeypatch
 
 
 def test_the_kernels_get_this_checkout_first_and_its_cache_unless_one_is_set():
-    env = runner.code_environment({"PYTHONPATH": f"/elsewhere{os.pathsep}{ROOT}"})
+    env = code_environment({"PYTHONPATH": f"/elsewhere{os.pathsep}{ROOT}"})
     assert env == {
         "PYTHONPATH": f"{ROOT}{os.pathsep}/elsewhere",
         "TORCHINDUCTOR_CACHE_DIR": str(ROOT / ".cache" / "inductor"),
     }
-    mine = runner.code_environment({"TORCHINDUCTOR_CACHE_DIR": "/mine"})
+    mine = code_environment({"TORCHINDUCTOR_CACHE_DIR": "/mine"})
     assert mine == {"PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": "/mine"}
 
 
@@ -237,7 +240,7 @@ def test_a_notebook_imports_the_runners_kernel_lib(tmp_path, write_notebook, mon
     write_notebook(nbs / "where.ipynb", WHERE)
     (prm / "p.yaml").write_text("workbook: {notebooks: [where]}\n")
     plan = load_plan("p", parameters_dir=prm, notebooks_dir=nbs)
-    (result,) = runner.run_plan(plan, tmp_path / "out", progress=False)
+    (result,) = run_plan(plan, tmp_path / "out", progress=False)
     assert result.status == "ok", result.detail
     nb = nbformat.read(tmp_path / "out" / "where.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))

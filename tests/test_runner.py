@@ -9,8 +9,12 @@ import pandas as pd
 import pytest
 from tqdm import tqdm
 
-from kernel_lib import outdir, runner
+from kernel_lib import outdir
 from kernel_lib.params import load_plan
+from kernel_lib.run.execute import _saved_status
+from kernel_lib.run.machine import machine_load
+from kernel_lib.run.plan import run_plan, run_repeated
+from kernel_lib.run.render import to_html
 
 
 def load(workbook, **kwargs):
@@ -25,7 +29,7 @@ def load(workbook, **kwargs):
 @pytest.fixture(scope="module")
 def report(workbook):
     out = workbook / "outputs" / "all"
-    results = {r.notebook: r for r in runner.run_plan(load(workbook), out, progress=False)}
+    results = {r.notebook: r for r in run_plan(load(workbook), out, progress=False)}
     return workbook, out, results
 
 
@@ -77,7 +81,7 @@ def test_parameters_were_injected_with_the_working_dir_set(report):
 
 def test_only_replaces_one_notebook_and_keeps_the_rest(report):
     wb, out, _ = report
-    runner.run_plan(load(wb, only=["good"]), out, progress=False)
+    run_plan(load(wb, only=["good"]), out, progress=False)
     run = json.loads((out / "run.json").read_text())
     assert sorted(r["notebook"] for r in run["notebooks"]) == [
         "absent",
@@ -111,9 +115,9 @@ def test_interrupted_run_leaves_the_previous_report(report, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "execute", interrupt)
+    monkeypatch.setattr("kernel_lib.run.plan.execute", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_plan(load(wb), out, progress=False)
+        run_plan(load(wb), out, progress=False)
     assert sorted(p.name for p in out.iterdir()) == before
     assert not [p for p in out.parent.iterdir() if p.name.startswith((".staging", ".previous"))]
 
@@ -129,14 +133,14 @@ def test_a_failed_rerun_keeps_the_good_results_and_marks_them_stale(tmp_path, wr
     (prm / "p.yaml").write_text("workbook: {notebooks: [nb]}\n")
     out = tmp_path / "out"
     good = load_plan("p", parameters_dir=prm, notebooks_dir=nbs)
-    runner.run_plan(good, out, progress=False)
+    run_plan(good, out, progress=False)
     saved = (out / "nb.results.json").read_text()
     bad = load_plan("p", parameters_dir=prm, notebooks_dir=nbs, overrides={"n": -4})
-    (result,) = runner.run_plan(bad, out, progress=False)
+    (result,) = run_plan(bad, out, progress=False)
     assert result.status == "failed" and "showing the results of run" in result.stale_results
     assert (out / "nb.results.json").read_text() == saved  # the good results survive
     assert (out / "nb.failed.ipynb").exists() and "STALE" in (out / "SUMMARY.md").read_text()
-    (result,) = runner.run_plan(good, out, progress=False)
+    (result,) = run_plan(good, out, progress=False)
     assert result.stale_results == "" and not (out / "nb.failed.ipynb").exists()
 
 
@@ -181,7 +185,7 @@ def _kernel_pid(path) -> str:
 def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, write_notebook):
     plan = _one_notebook(tmp_path, write_notebook, TIMED)
     out = tmp_path / "outputs" / "p"
-    results = runner.run_repeated(plan, out, 2, progress=False)
+    results = run_repeated(plan, out, 2, progress=False)
     assert [r.status for r in results] == ["ok", "ok"]
     assert results[0].run_id.endswith("-run-1") and results[1].run_id.endswith("-run-2")
     runs = [out / "run-1", out / "run-2"]
@@ -200,7 +204,7 @@ def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, write_notebook):
     assert 'href="run-1/timed.html"' in index and 'href="run-2/timed.html"' in index
     assert "Records across runs" in index and "Correctness: checks per notebook" in index
     assert 'href="p/index.html"' in (out.parent / "index.html").read_text()  # the gallery
-    runner.run_repeated(plan, out, 1, progress=False)  # back to one run: today's layout
+    run_repeated(plan, out, 1, progress=False)  # back to one run: today's layout
     assert not list(out.glob("run-*")) and (out / "timed.html").exists()
     assert "repeat" not in json.loads((out / "run.json").read_text())
 
@@ -223,9 +227,9 @@ def test_a_failed_html_export_keeps_the_run(tmp_path, write_notebook, monkeypatc
     def no_templates(notebook):
         raise ValueError("No template sub-directory with name 'lab' found in:\n\t/usr/share")
 
-    monkeypatch.setattr(runner, "to_html", no_templates)
+    monkeypatch.setattr("kernel_lib.run.plan.to_html", no_templates)
     out = tmp_path / "out"
-    (result,) = runner.run_plan(plan, out, progress=False)
+    (result,) = run_plan(plan, out, progress=False)
     assert result.status == "ok" and (out / "timed.ipynb").exists() and (out / "run.json").exists()
     assert (
         result.detail
@@ -242,7 +246,7 @@ def test_a_notebook_run_on_a_busy_machine_is_flagged(tmp_path, write_notebook, m
     busy = 4.0 * (os.cpu_count() or 1)
     monkeypatch.setattr(os, "getloadavg", lambda: (busy, 1.0, 1.0))
     out = tmp_path / "out"
-    (result,) = runner.run_plan(plan, out, progress=False)
+    (result,) = run_plan(plan, out, progress=False)
     machine = json.loads((out / "run.json").read_text())["notebooks"][0]["machine"]
     assert machine["load_start"] == [busy, 1.0, 1.0] and machine["cores"] == os.cpu_count()
     assert "1-min load" in machine["busy"] and result.machine == machine
@@ -254,10 +258,10 @@ def test_a_notebook_run_on_a_busy_machine_is_flagged(tmp_path, write_notebook, m
 def test_machine_load_reads_steal_over_the_run():
     start = {"loadavg": [0.5, 0.5, 0.5], "jiffies": (10, 1000)}
     end = {"loadavg": [0.7, 0.5, 0.5], "jiffies": (110, 2000)}
-    machine = runner.machine_load(start, end)
+    machine = machine_load(start, end)
     assert machine["steal_fraction"] == pytest.approx(0.1)
     assert "steal 10%" in machine["busy"]
-    calm = runner.machine_load({**start, "jiffies": None}, end)
+    calm = machine_load({**start, "jiffies": None}, end)
     assert calm["steal_fraction"] is None and calm["busy"] == ""
 
 
@@ -276,7 +280,7 @@ def test_html_drops_progress_bars_but_keeps_other_stderr(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[cell])
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, str(path))
-    page = runner.to_html(path).read_text()
+    page = to_html(path).read_text()
     assert "\r" not in page and "%|" not in page and "it/s" not in page and "timing" not in page
     assert "keep me" in page and "result 42" in page
     kept = nbformat.read(str(path), as_version=4).cells[0].outputs
@@ -290,4 +294,4 @@ def test_a_failed_candidate_fails_its_notebook(tmp_path):
         {"case": "c", "implementation": "triton", "status": "failed", "reason": "Error"},
     ]
     path.write_text(json.dumps(rows))
-    assert runner._saved_status(path) == ("failed", "1 records raised: c/triton")
+    assert _saved_status(path) == ("failed", "1 records raised: c/triton")

@@ -232,14 +232,3 @@ def gym_block_sparsity(cfg: AttentionConfig, *, block_size: int) -> pd.DataFrame
         for name in GYM_PATTERNS
     ]
     return pd.DataFrame(rows).set_index("pattern")
-
-
-def inference(
-    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
-) -> list[rec.Record]:
-    """This module's sections in notebook order: decode shapes, paged KV, the KV-length sweep,
-    the gym patterns."""
-    out = time_decode(cfg, facts=facts, progress=progress)
-    out += paged_case(cfg, facts=facts, progress=progress)
-    out += decode_sweep(cfg, facts=facts, progress=progress)
-    return out + time_gym_patterns(cfg, facts=facts, variant=variant, progress=progress)

@@ -67,7 +67,7 @@ class AttentionConfig:
     num_global: int = param(16, "global_local: global tokens at the start; an int >= 0")
     softcap: float = param(20.0, "softcap: tanh cap on scores; a finite number > 0")
     block_sizes: tuple[int, ...] = param(
-        (32, 64, 128),
+        (32, 64, 128, 256),
         "flex BlockMask tiles tried on causal (its fastest here runs every case) and on the "
         "causal sliding window (its sweep); a non-empty list of powers of two >= 16",
     )

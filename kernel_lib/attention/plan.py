@@ -1,11 +1,16 @@
-"""The flex-attention topic's plan: its sections in the notebook's order, which `bench attention`
-runs as one suite (the notebook calls the same section functions)."""
+"""The flex-attention topic's plan: its sections in the notebook's order. Each notebook cell runs
+one by name (`PLAN.run("seq_sweep", ctx)`); `python -m kernel_lib bench attention` runs them all
+(`suite`). Every section after `tune_flex` runs flex as the variant it chose."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 from kernel_lib import records as rec
 from kernel_lib.attention import bench_decode, bench_gym
 from kernel_lib.attention.bench import (
+    TOPIC,
     cold_compile_case,
     seq_sweep,
     time_causal_dtypes,
@@ -14,22 +19,70 @@ from kernel_lib.attention.bench import (
     window_sweep,
 )
 from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.flex import FlexVariant
+from kernel_lib.plan import Context, Plan, Section
 from kernel_lib.platform import device_facts
 
+Records = list[rec.Record]
 
-def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
-    """The notebook's measurements in its order: flex variants, patterns (+ backward), causal
-    in other dtypes, windows, lengths, decode and paged KV, MLA / temporal heads / activations, the cold
-    compile."""
-    cfg = AttentionConfig.from_params(params)
-    facts = device_facts()
-    variant, out = tune_flex(cfg, facts=facts, progress=progress)
-    out += time_patterns(cfg, facts=facts, variant=variant, progress=progress)
-    out += time_causal_dtypes(cfg, facts=facts, progress=progress)
-    out += window_sweep(cfg, facts=facts, variant=variant, progress=progress)
-    out += seq_sweep(cfg, facts=facts, variant=variant, progress=progress)
-    out += bench_decode.inference(cfg, facts=facts, variant=variant, progress=progress)
-    out += bench_gym.gym_kernels(
-        cfg, facts=facts, block_size=variant.block_size, progress=progress
+
+class Tuned(NamedTuple):
+    """The flex variant chosen by measurement on causal forward, and the tuning's records."""
+
+    variant: FlexVariant
+    records: Records
+
+
+def tuned(ctx: Context[AttentionConfig]) -> Tuned:
+    return Tuned(*tune_flex(ctx.config, facts=ctx.facts, progress=ctx.progress))
+
+
+def variant(ctx: Context[AttentionConfig]) -> FlexVariant:
+    """The flex variant `tune_flex` chose in this run."""
+    return ctx.output("tune_flex").variant
+
+
+def _plain(section: Callable[..., Records]) -> Callable[[Context[AttentionConfig]], Records]:
+    """A section function of (cfg, *, facts, progress) as a plan section."""
+    return lambda ctx: section(ctx.config, facts=ctx.facts, progress=ctx.progress)
+
+
+def _with_variant(
+    section: Callable[..., Records],
+) -> Callable[[Context[AttentionConfig]], Records]:
+    """A section function of (cfg, *, facts, variant, progress), run as the chosen variant."""
+    return lambda ctx: section(
+        ctx.config, facts=ctx.facts, variant=variant(ctx), progress=ctx.progress
     )
-    return out + cold_compile_case(cfg, facts=facts, variant=variant)
+
+
+def cold_compile(ctx: Context[AttentionConfig]) -> Records:
+    return cold_compile_case(ctx.config, facts=ctx.facts, variant=variant(ctx))
+
+
+def gym_kernels(ctx: Context[AttentionConfig]) -> Records:
+    block_size = variant(ctx).block_size
+    return bench_gym.gym_kernels(
+        ctx.config, facts=ctx.facts, block_size=block_size, progress=ctx.progress
+    )
+
+
+PLAN = Plan(TOPIC, (
+    Section("tune_flex", tuned, "flex variants of causal forward vs the plain compiled one"),
+    Section("time_patterns", _with_variant(time_patterns), "every pattern, every backend; bwd"),
+    Section("time_causal_dtypes", _plain(time_causal_dtypes), "causal in the other dtypes"),
+    Section("window_sweep", _with_variant(window_sweep), "sliding window per window vs causal"),
+    Section("seq_sweep", _with_variant(seq_sweep), "causal per sequence length"),
+    Section("cold_compile_case", cold_compile, "one flex compile in a fresh process"),
+    Section("time_decode", _plain(bench_decode.time_decode), "GQA/MQA decode, cross-attention"),
+    Section("paged_case", _plain(bench_decode.paged_case), "paged KV decode vs contiguous"),
+    Section("decode_sweep", _plain(bench_decode.decode_sweep), "GQA decode per KV length"),
+    Section("time_gym_patterns", _with_variant(bench_decode.time_gym_patterns), "gym masks"),
+    Section("gym_kernels", gym_kernels, "MLA, temporal heads, activation, JetSpec, VSA"),
+))  # fmt: skip
+
+
+def suite(params: dict, *, progress: bool = False) -> Records:
+    """Every attention record on the detected device: the notebook's sections, in its order."""
+    config = AttentionConfig.from_params(params)
+    return PLAN.suite(Context(config, device_facts(), progress=progress))

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "requirements-device.txt"
 STAMP = ".installed.json"
-KERNEL_NAME = "kernel-workbook"  # runner.KERNEL_NAME (runner imports papermill, installed here)
+KERNEL_NAME = "kernel-workbook"  # run.execute.KERNEL_NAME (it imports papermill, installed here)
 # The GPU host's Python and platform: device.mk's `pip download` tags and the markers that pick
 # which of a wheel's requirements apply there.
 HOST_TAGS = tuple(

@@ -1,6 +1,7 @@
-"""`python -m kernel_lib bench fp8`: quantisation bandwidth against copy, FP8 against bf16 linear
-speed, inference memory/error and the training check, as records. The notebook calls these same
-functions in order, each with the `Fp8BenchConfig`."""
+"""The fp8 sections' measurements: quantisation bandwidth against copy, FP8 against bf16 linear
+speed, inference memory/error and the training check, as records, each from the
+`Fp8BenchConfig`. `kernel_lib.fp8.plan` runs them in the notebook's order (its cells, and
+`python -m kernel_lib bench fp8`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from tqdm import tqdm
 
 from kernel_lib import records as rec
 from kernel_lib.checks import Check, against, exact
-from kernel_lib.fp8 import bench_blocks
 from kernel_lib.fp8.bench_blocks import declare, with_datasheets
 from kernel_lib.fp8.checks import TOLERANCES, out_tolerance
 from kernel_lib.fp8.comparators import comparator_candidates
@@ -33,9 +33,9 @@ from kernel_lib.fp8.linear import (
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference
 from kernel_lib.fp8.scaling import Granularity, ScalingMode, scale_shape
-from kernel_lib.fp8.training import loss_checks, make_model, run_names, training_runs
+from kernel_lib.fp8.training import make_model, run_names, training_runs
 from kernel_lib.measure import Candidate, Case, compare
-from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.platform import DeviceFacts
 from kernel_lib.variants import choose
 
 TOPIC = "fp8"
@@ -504,22 +504,3 @@ def training_records(
             )
         )
     return records
-
-
-def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
-    """All fp8 records on the detected device (the notebook's timing, inference and training cells)."""
-    config = Fp8BenchConfig.from_params(params)
-    facts = device_facts()
-    records = quantize_bandwidth(config, facts, progress=progress)
-    records += linear_speed(config, facts, progress=progress)
-    records += bench_blocks.suite(config, facts)
-    if reason := scaled_mm_unsupported(facts.device):
-        return (
-            records
-            + skipped_section(config, facts, "inference", reason)
-            + skipped_section(config, facts, "training", reason)
-        )
-    comparison = inference_comparison(config, device=facts.device)
-    records += inference_records(comparison, facts, config)
-    losses = training_losses(config, device=facts.device, progress=progress)
-    return records + training_records(loss_checks(losses), facts, config)

@@ -1,6 +1,6 @@
 """Records of the block-scaled and grouped FP8 sections: per-recipe quantisation error, the
-block-scaled GEMM and grouped GEMM checks (each row a record carrying its check), and their
-speed against bf16 where FP8 matrix units run them. Called by `bench.suite` and the notebook.
+block-scaled GEMM and grouped GEMM check tables (their records: `fp8.plan.check_records`), and
+their speed against bf16 where FP8 matrix units run them (sections of `kernel_lib.fp8.plan`).
 The speed sections declare their headline (FP8 vs bf16) and carry fraction_of_datasheet where the
 device's datasheet has the figure; the error and check tables carry no subject-vs-baseline figure,
 so they declare none."""
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kernel_lib import records as rec
-from kernel_lib.checks import Check, against
+from kernel_lib.checks import against
 from kernel_lib.fp8.block_scaled import (
     block_linear,
     quantize_operands,
@@ -106,48 +106,6 @@ def grouped_checks(config: Fp8BenchConfig, *, device: str) -> pd.DataFrame:
         device=device,
         seed=config.seed,
     )
-
-
-CHECK_SHAPES = {  # the shape columns of each check table
-    "block_gemm_check": ("M", "K", "N"),
-    "grouped_gemm_check": ("T", "E"),  # named as grouped_gemm_speed names them
-}
-
-
-def check_records(
-    table: pd.DataFrame, facts: DeviceFacts, config: Fp8BenchConfig, *, case: str
-) -> list[rec.Record]:
-    """One record per row of a check table: `skipped` or `failed` (it raised) with its reason,
-    `wrong` where its check failed, else untimed with its check (error against the fp64 FP8
-    reference) carried."""
-    dtype = f"float8_{config.linear_format}"
-    out = []
-    for row in table.to_dict("records"):
-        name = "_".join(str(row[c]) for c in ("implementation", "recipe") if c in row)
-        known = {"dtype": dtype, "shape": {c: row[c] for c in CHECK_SHAPES[case]}}
-        if row["check"] in ("skipped", "failed"):
-            make = rec.skipped if row["check"] == "skipped" else rec.failed
-            out.append(make(TOPIC, case, name, row["reason"], facts=facts, **known))
-            continue
-        passed = row["check"] == "PASS"
-        check = Check(
-            "fp64 FP8 reference (and fp64 of the unquantised inputs)",
-            row["max_abs_error"],
-            row["vs_fp8_reference"],
-            row["tolerance"],
-            "rel_error",
-            passed,
-        )
-        if not passed:
-            out.append(rec.wrong(TOPIC, case, name, check, facts=facts, **known))
-            continue
-        metrics = {"vs_fp8_reference": row["vs_fp8_reference"], "vs_fp64": row["vs_fp64"]}
-        out.append(
-            rec.info(
-                TOPIC, case, name, facts=facts, metrics=metrics, check=check.as_dict(), **known
-            )
-        )
-    return out
 
 
 def declare(
@@ -330,14 +288,3 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     )
     records = with_datasheets(records, facts)
     return declare(records, "scaled_grouped_mm", {}, "fp8.grouped_gemm_vs_bf16")
-
-
-def suite(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
-    """Every record of these sections, in notebook order."""
-    records = recipe_error_records(recipe_errors(config), facts, config)
-    block = block_checks(config, device=facts.device)
-    records += check_records(block, facts, config, case="block_gemm_check")
-    grouped = grouped_checks(config, device=facts.device)
-    records += check_records(grouped, facts, config, case="grouped_gemm_check")
-    records += block_linear_speed(config, facts)
-    return records + grouped_gemm_speed(config, facts)

@@ -83,12 +83,6 @@ def out_tolerance(granularity: str, out_dtype: torch.dtype, device="cpu") -> Tol
     return output_bound(torch.bfloat16 if granularity == "rowwise" else out_dtype, device)
 
 
-def _skipped(device: str) -> pd.DataFrame | None:
-    """A one-row 'skipped' table where torch._scaled_mm cannot run on `device`, else None."""
-    reason = scaled_mm_unsupported(device)
-    return None if reason is None else pd.DataFrame([{"check": "skipped", "reason": reason}])
-
-
 def _skipped_cases(cases: list[dict], reason: str) -> pd.DataFrame:
     """A check table whose every case is 'skipped' with `reason`: its records keep the ids
     they have where the check runs."""
@@ -108,11 +102,16 @@ def scaled_mm_check(
     seed: int = 0,
 ) -> pd.DataFrame:
     """Per (M, K, N, granularity): relative error of torch._scaled_mm (fp32 out) with inverse
-    scales against (1) the fp64 FP8 reference and (2) fp64 of the unquantised inputs, and of a
-    bf16 matmul against (2) for scale; PASS when (1) and (2) are within TOLERANCES; one
-    'skipped' row where `_scaled_mm` cannot run."""
-    if (skip := _skipped(device)) is not None:
-        return skip
+    scales against (1) the fp64 FP8 reference (and its max_abs_error and tolerance) and (2)
+    fp64 of the unquantised inputs, and of a bf16 matmul against (2) for scale; PASS when (1)
+    and (2) are within TOLERANCES; every case 'skipped' where `_scaled_mm` cannot run."""
+    if reason := scaled_mm_unsupported(device):
+        cases = [
+            {"M": m, "K": k, "N": n, "granularity": gran}
+            for m, k, n in shapes
+            for gran in granularities
+        ]
+        return _skipped_cases(cases, reason)
     rows = []
     for m, k, n in shapes:
         gen = torch.Generator().manual_seed(seed)
@@ -123,12 +122,10 @@ def scaled_mm_check(
         for gran in granularities:
             qa, qb = quantize(a, fmt=fmt, granularity=gran), quantize(b, fmt=fmt, granularity=gran)
             out = scaled_mm(qa, qb, out_dtype=torch.float32)
-            e_ref = relative_error(out, fp8_linear_reference(a, b, fmt=fmt, granularity=gran))
+            abs_ref, e_ref = errors(out, fp8_linear_reference(a, b, fmt=fmt, granularity=gran))
             e_full = relative_error(out, full)
-            ok = (
-                e_ref <= out_tolerance(gran, torch.float32, device).value
-                and e_full <= TOLERANCES["vs_unquantised"].value
-            )
+            tolerance = out_tolerance(gran, torch.float32, device).value
+            ok = e_ref <= tolerance and e_full <= TOLERANCES["vs_unquantised"].value
             rows.append(
                 {
                     "M": m,
@@ -138,6 +135,8 @@ def scaled_mm_check(
                     "vs_fp8_reference": e_ref,
                     "vs_fp64": e_full,
                     "bf16_vs_fp64": relative_error(bf16, full),
+                    "max_abs_error": abs_ref,
+                    "tolerance": tolerance,
                     "check": _verdict(ok),
                 }
             )
@@ -156,11 +155,11 @@ def linear_check(
     device: str = "cpu",
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Fp8Linear on a 3-D fp32 input per recipe: forward against the fp64 FP8 reference, and
-    forward, input and weight gradients against nn.Linear in fp32 (the FP8 rounding itself);
-    one 'skipped' row where `_scaled_mm` cannot run."""
-    if (skip := _skipped(device)) is not None:
-        return skip
+    """Fp8Linear on a 3-D fp32 input per recipe: forward against the fp64 FP8 reference (and
+    its max_abs_error and tolerance), and forward, input and weight gradients against nn.Linear
+    in fp32 (the FP8 rounding itself); every recipe 'skipped' where `_scaled_mm` cannot run."""
+    if reason := scaled_mm_unsupported(device):
+        return _skipped_cases([{"recipe": name} for name in recipes], reason)
     rows = []
     for name in recipes:
         torch.manual_seed(seed)
@@ -176,16 +175,19 @@ def linear_check(
         x.grad, ref.weight.grad = None, None
         full = ref(x)
         full.square().sum().backward()
+        abs_ref, e_ref = errors(out, fp8_ref)
         row = {
             "recipe": name,
-            "out_vs_fp8_reference": relative_error(out, fp8_ref),
+            "out_vs_fp8_reference": e_ref,
             "out_vs_fp32": relative_error(out, full),
             "grad_x_vs_fp32": relative_error(grad_x, x.grad),
             "grad_w_vs_fp32": relative_error(grad_w, ref.weight.grad),
+            "max_abs_error": abs_ref,
+            "tolerance": out_tolerance(gran, torch.float32, device).value,
         }
         grad_tol = TOLERANCES["grad_vs_fp32"].value
         ok = (
-            row["out_vs_fp8_reference"] <= out_tolerance(gran, torch.float32, device).value
+            e_ref <= row["tolerance"]
             and row["out_vs_fp32"] <= TOLERANCES["vs_unquantised"].value
             and max(row["grad_x_vs_fp32"], row["grad_w_vs_fp32"]) <= grad_tol
         )

@@ -210,7 +210,6 @@ def dispatch_padded(
     """
     _check_inputs(x, routing)
     _check_ffn(experts)
-    num_experts = routing.num_experts
     if capacity is None:
         capacity = int(routing.counts.max()) if routing.counts.numel() else 0
     elif capacity < 0:
@@ -220,9 +219,18 @@ def dispatch_padded(
             f"capacity={capacity} is below the largest expert load "
             f"{int(routing.counts.max())}; apply_capacity first"
         )
+    return padded_experts(x, routing, experts, capacity)
+
+
+def padded_experts(
+    x: Tensor, routing: Routing, experts: FeedForwardExperts, capacity: int
+) -> Tensor:
+    """dispatch_padded's tensor work, with no host sync (what max_autotune.py compiles whole):
+    capacity must hold the largest expert load, unchecked here."""
+    num_experts = routing.num_experts
     order, tokens, _, offsets = sort_by_expert(routing)
     expert_sorted = torch.repeat_interleave(
-        torch.arange(num_experts, device=x.device), routing.counts
+        torch.arange(num_experts, device=x.device), routing.counts, output_size=tokens.numel()
     )
     starts = offsets.long() - routing.counts
     slot = (

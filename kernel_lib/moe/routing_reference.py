@@ -175,8 +175,8 @@ def check_routing(routing: Routing, ref: ReferenceRouting) -> RoutingCheck:
 def check_table(models: list[MoEPreset], *, tokens: int, seed: int = 0) -> pd.DataFrame:
     """Each preset's fast routing (fp32) against its fp64 twin on seeded logits of `tokens`
     tokens (gate bias and a random selection bias where the model has them): preset, E, K,
-    groups, result, wrong_choices, near_ties, weight_error, tolerance. Raises AssertionError
-    when any preset fails."""
+    groups, check (PASS or FAIL: a row, not a raise), wrong_choices, near_ties, weight_error,
+    tolerance."""
     rows = []
     for model in models:
         gen = torch.Generator().manual_seed(seed)
@@ -193,12 +193,8 @@ def check_table(models: list[MoEPreset], *, tokens: int, seed: int = 0) -> pd.Da
             {
                 "preset": model.name, "E": model.num_experts, "K": model.top_k,
                 "groups": f"{model.top_groups}/{model.num_groups}",
-                "result": "PASS" if got.passed else "FAIL", **got._asdict(),
+                "check": "PASS" if got.passed else "FAIL", **got._asdict(),
                 "tolerance": WEIGHT_TOLERANCE,
             }
         )  # fmt: skip
-    table = pd.DataFrame(rows)
-    failed = table[table["result"] == "FAIL"]
-    if len(failed):
-        raise AssertionError(f"preset routing disagrees with its fp64 twin:\n{failed}")
-    return table
+    return pd.DataFrame(rows)

@@ -20,14 +20,15 @@ from kernel_lib.moe.packed import packing_unavailable
 from kernel_lib.moe.routing import Routing
 
 STRATEGIES = (
-    "loop", "sorted_grouped", "sorted_segments", "packed_segments", "padded", "per_core",
-    "fused_c", "triton",
+    "loop", "sorted_grouped", "sorted_segments", "packed_segments", "padded",
+    "padded_max_autotune", "per_core", "fused_c", "triton",
 )  # fmt: skip
 # strategies in modules of their own, imported when asked for (Triton, a C library, threads)
 ELSEWHERE = {
     "fused_c": "kernel_lib.moe.fused_c",
     "triton": "kernel_lib.moe.dispatch_triton",
     "per_core": "kernel_lib.moe.per_core",
+    "padded_max_autotune": "kernel_lib.moe.max_autotune",
 }
 ANY_EXPERTS = ("loop",)  # strategies that run every expert family; the others FFN experts only
 
@@ -80,6 +81,11 @@ def unavailable(
             return "its worker threads are opaque to torch.compile; timed as it is"
         if x.device.type != "cpu":
             return f"schedules experts over CPU cores, not {x.device.type}"
+    if name == "padded_max_autotune":
+        if backward:
+            return "compiled for inference (max-autotune forward only; no autograd graph)"
+        if compiled:
+            return "compiled with max-autotune already; not compiled again"
     if name == "packed_segments":
         if backward:
             return "prepacked oneDNN weights are inference only (no autograd)"

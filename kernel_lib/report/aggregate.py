@@ -15,7 +15,7 @@ import pandas as pd
 from kernel_lib.records import verdict
 from kernel_lib.reportfiles import notebook_records, read_run
 
-RUN_FILE = "run.json"  # as kernel_lib.runner.RUN_FILE
+RUN_FILE = "run.json"  # as kernel_lib.outdir.RUN_FILE
 RUN_PREFIX = "run-"  # the runs of a repeated report: OUT/run-1/ ... OUT/run-N/
 RUN_COLUMNS = ["folder", "run_id", "started_utc", "finished_utc", "git"]  # run.json's `runs`
 # Worst first: the aggregate of a notebook's (or a record's) statuses over the runs.

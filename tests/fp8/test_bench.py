@@ -14,6 +14,7 @@ from kernel_lib import c_kernels  # noqa: E402
 from kernel_lib import plots as common_plots  # noqa: E402
 from kernel_lib import records as rec  # noqa: E402
 from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_c, quantize_compiled  # noqa: E402
+from kernel_lib.fp8 import plan as fp8_plan  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
 from kernel_lib.platform import Datasheet, device_facts  # noqa: E402
@@ -44,7 +45,7 @@ CONFIG = Fp8BenchConfig.from_params(TINY)
 
 @pytest.fixture(scope="module")
 def records():
-    return bench.suite(TINY)
+    return fp8_plan.suite(TINY)
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +284,7 @@ def test_the_c_quantiser_is_skipped_with_the_reason_it_cannot_build(monkeypatch,
 def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
     for module in (bench, linear):
         monkeypatch.setattr(module, "fp8_matmul_support", lambda device: "unsupported")
-    unsupported = bench.suite(TINY)
+    unsupported = fp8_plan.suite(TINY)
     # the same records, skipped: a run here and one on a device without FP8 match in `compare`
     assert sorted(rec.record_id(r, "p") for r in unsupported) == sorted(
         rec.record_id(r, "p") for r in records
@@ -301,7 +302,7 @@ def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
 def test_a_cpu_whose_onednn_refuses_scaled_mm_skips_every_fp8_gemm_and_keeps_the_rest(
     records, refused_scaled_mm
 ):
-    refused = bench.suite(TINY)
+    refused = fp8_plan.suite(TINY)
     assert sorted(rec.record_id(r, "p") for r in refused) == sorted(
         rec.record_id(r, "p") for r in records
     )
@@ -339,6 +340,39 @@ def test_block_and_grouped_checks_carried_and_native_paths_skipped_on_cpu(frame)
     assert len(native) == 3 and native["reason"].str.startswith("unsupported").all()
 
 
+def test_scaled_mm_and_linear_checks_are_records_carrying_their_check(frame):
+    mm = frame[frame["case"] == "scaled_mm_check"]
+    assert set(mm["implementation"]) == {"scaled_mm_tensorwise", "scaled_mm_rowwise"}
+    assert len(mm) == 2 * len(CONFIG.check_sizes) and (mm["status"] == "ok").all()
+    assert mm["check.pass"].all() and mm["metrics.bf16_vs_fp64"].notna().all()
+    assert (mm["shape.M"] == [n + 5 for n in CONFIG.check_sizes for _ in range(2)]).all()
+    lin = frame[frame["case"] == "linear_check"]
+    recipes = fp8_plan.LINEAR_CHECK_RECIPES
+    assert list(lin["implementation"]) == [f"fp8_linear_{r}" for r in recipes]
+    assert (lin["status"] == "ok").all() and lin["check.pass"].all()
+    assert (
+        lin["metrics.grad_w_vs_fp32"].notna().all() and (lin["shape.grad_format"] == "e5m2").all()
+    )
+
+
+def test_a_failed_linear_check_row_is_a_wrong_record_naming_its_error():
+    table = pd.DataFrame([{
+        "recipe": "rowwise_dynamic", "out_vs_fp8_reference": 0.2, "out_vs_fp32": 0.2,
+        "grad_x_vs_fp32": 0.1, "grad_w_vs_fp32": 0.1, "max_abs_error": 0.5, "tolerance": 2**-7,
+        "check": "FAIL",
+    }])  # fmt: skip
+    (record,) = fp8_plan.check_records(table, device_facts(), CONFIG, case="linear_check")
+    assert (record.status, record.implementation) == ("wrong", "fp8_linear_rowwise_dynamic")
+    assert record.reason.startswith("rel_error 2.0e-01 > 7.8e-03 vs fp64 FP8 reference")
+    assert record.shape == fp8_plan.LINEAR_CHECK_SHAPE | {"grad_format": CONFIG.grad_format}
+
+
+def test_a_check_table_with_an_unknown_verdict_raises():
+    table = pd.DataFrame([{"granularity": "tensorwise", "M": 5, "K": 8, "N": 3, "check": "ok"}])
+    with pytest.raises(ValueError, match="check='ok' must be one of"):
+        fp8_plan.check_records(table, device_facts(), CONFIG, case="scaled_mm_check")
+
+
 def test_block_and_grouped_speed_time_only_the_bf16_baselines_on_cpu(frame):
     speed = frame[frame["case"].isin(["block_linear", "grouped_gemm"])]
     timed = speed[speed["median_ms"].notna()]
@@ -354,7 +388,7 @@ def test_a_failed_check_row_is_a_wrong_record():
         "vs_fp8_reference": 0.3, "vs_fp64": 0.3, "max_abs_error": 1.0, "tolerance": 2**-16,
         "check": "FAIL",
     }])  # fmt: skip
-    (record,) = bench_blocks.check_records(table, device_facts(), CONFIG, case="block_gemm_check")
+    (record,) = fp8_plan.check_records(table, device_facts(), CONFIG, case="block_gemm_check")
     assert record.status == "wrong" and record.implementation == "split_k_scaled_mm_blockwise"
     assert (record.dtype, record.shape) == ("float8_e4m3fn", {"M": 5, "K": 128, "N": 16})
 
@@ -379,9 +413,7 @@ def test_a_check_row_that_raised_is_a_failed_record():
         "T": 36, "E": 4, "implementation": "scaled_grouped_mm", "check": "failed",
         "reason": "RuntimeError: grouped GEMM with 4 groups is not supported",
     }])  # fmt: skip
-    (record,) = bench_blocks.check_records(
-        table, device_facts(), CONFIG, case="grouped_gemm_check"
-    )
+    (record,) = fp8_plan.check_records(table, device_facts(), CONFIG, case="grouped_gemm_check")
     assert (record.status, record.reason) == ("failed", table["reason"][0])
 
 

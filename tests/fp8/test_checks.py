@@ -58,13 +58,17 @@ def test_wrong_scales_fail_both_checks(monkeypatch, broken):
     assert (linear_check(recipes=RECIPES)["check"] == "FAIL").all()
 
 
-def test_checks_skip_where_scaled_mm_cannot_run(monkeypatch):
+def test_checks_skip_every_case_where_scaled_mm_cannot_run(monkeypatch):
+    """One skipped row per case, named as where it runs, so its record keeps its id."""
     monkeypatch.setattr(linear, "fp8_matmul_support", lambda device: "unsupported")
-    for table in (
-        scaled_mm_check([(32, 64, 32)], granularities=["tensorwise"]),
-        linear_check(recipes=["tensorwise_dynamic"]),
-    ):
-        assert list(table["check"]) == ["skipped"]
-        assert table["reason"][0].startswith(
-            "unsupported: torch._scaled_mm needs FP8 matrix units"
+    mm = scaled_mm_check([(32, 64, 32)], granularities=["tensorwise", "rowwise"])
+    lin = linear_check(recipes=["tensorwise_dynamic", "rowwise_dynamic"])
+    assert list(mm["granularity"]) == ["tensorwise", "rowwise"] and (mm["M"] == 32).all()
+    assert list(lin["recipe"]) == ["tensorwise_dynamic", "rowwise_dynamic"]
+    for table in (mm, lin):
+        assert (table["check"] == "skipped").all()
+        assert (
+            table["reason"]
+            .str.startswith("unsupported: torch._scaled_mm needs FP8 matrix units")
+            .all()
         )

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kernel_lib import records as rec
-from kernel_lib.measure import Case
-from kernel_lib.moe import bench, dispatch
+from kernel_lib.measure import Case, require_passed
+from kernel_lib.moe import bench, dispatch, plan
 from kernel_lib.moe.cases import check_table, make_case
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.plan import suite
@@ -156,14 +156,21 @@ def test_seed_style_check_pins_its_drops_and_weights():
 
 def test_check_table_passes_and_skips_misaligned_grouped():
     table = check_table(make_case(33, 7, 13, 3, 2, dtype="float32"), ["loop", "sorted_grouped"])
-    assert table["result"].tolist() == ["PASS", "skipped"] and "hidden" in table["reason"][1]
+    assert table["check"].tolist() == ["PASS", "skipped"] and "hidden" in table["reason"][1]
 
 
-def test_check_table_raises_on_a_broken_strategy(monkeypatch):
+def test_a_broken_strategy_is_a_fail_row_a_wrong_record_and_fails_its_cell(monkeypatch, cpu_facts):
     fn = dispatch.dispatch_padded
     monkeypatch.setattr(dispatch, "dispatch_padded", lambda x, r, e, **kw: fn(x, r, e, **kw) * 0)
-    with pytest.raises(AssertionError, match="padded"):
-        check_table(make_case(33, 16, 32, 3, 2, dtype="float32"), ["loop", "padded"])
+    case = make_case(33, 16, 32, 3, 2, dtype="float32")
+    table = check_table(case, ["loop", "padded"])
+    assert table["check"].tolist() == ["PASS", "FAIL"]
+    records = plan._strategy_records(table, case, "strategy_check", cpu_facts)
+    assert [(r.implementation, r.status) for r in records] == [
+        ("dispatch_loop", "ok"), ("dispatch_padded", "wrong"),
+    ]  # fmt: skip
+    with pytest.raises(AssertionError, match="1 check"):
+        require_passed(table, "strategies")
 
 
 @pytest.mark.parametrize(

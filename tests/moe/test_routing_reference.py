@@ -112,7 +112,7 @@ def test_teeth_a_wrong_weight_fails():
 
 def test_check_table_passes_every_preset():
     table = check_table(list(PRESETS.values()), tokens=33)
-    assert list(table["result"]) == ["PASS"] * len(PRESETS)
+    assert list(table["check"]) == ["PASS"] * len(PRESETS)
 
 
 def test_softmax_scores_with_a_selection_bias_have_no_published_twin():

@@ -1,0 +1,92 @@
+"""The `compare` command line: A... -- B... and options; its --help ends with the rules
+(`verdict`'s docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kernel_lib.compare import verdict
+from kernel_lib.compare.comparison import compare_folders
+from kernel_lib.compare.noise import read_noise_floor
+from kernel_lib.compare.render import to_html, to_json, to_text
+from kernel_lib.compare.runs import CompareError
+from kernel_lib.compare.verdict import DEFAULT_FACTOR
+from kernel_lib.params import ParameterError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2, raised instead of printing usage
+        raise CompareError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m kernel_lib compare",
+        usage="%(prog)s A... -- B... [--factor F] [--noise-floor FILE] [--json] [--html FILE] "
+        "[--all]",
+        description="Compare report folders A (before) with report folders B (after).",
+        epilog=verdict.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("folders", nargs="*", help="report folders of this side")
+    parser.add_argument("--factor", type=float, help=f"default {DEFAULT_FACTOR}")
+    parser.add_argument(
+        "--noise-floor", metavar="FILE", help="an A/A's noise-floor.json (of `ab REV REV`) to show"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--html", metavar="FILE", help="also write an HTML page")
+    parser.add_argument("--all", action="store_true", help="table every record, not the changes")
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Split `argv` at the first `--` into side A and side B (options may stand on either side);
+    raises CompareError on bad input."""
+    if "--" not in argv:
+        if {"-h", "--help"} & set(argv):
+            _parser().print_help()
+            raise SystemExit(0)
+        raise CompareError("compare needs `--` between the A and B folders: compare A... -- B...")
+    cut = argv.index("--")
+    parser = _parser()
+    left = parser.parse_intermixed_args(argv[:cut])
+    right = parser.parse_intermixed_args(argv[cut + 1 :])
+    if not left.folders or not right.folders:
+        raise CompareError("compare needs report folders on both sides of `--`")
+    merged = argparse.Namespace(a=left.folders, b=right.folders)
+    for name in ("factor", "html", "noise_floor"):
+        value = getattr(right, name) if getattr(right, name) is not None else getattr(left, name)
+        setattr(merged, name, value)
+    if merged.factor is None:
+        merged.factor = DEFAULT_FACTOR
+    merged.json = left.json or right.json
+    merged.all = left.all or right.all
+    return merged
+
+
+def cli(argv: list[str]) -> int:
+    """The `compare` command: print the comparison, return its exit code (2: bad input)."""
+    try:
+        args = parse_args(argv)
+        floor = read_noise_floor(args.noise_floor) if args.noise_floor else None
+        comparison = compare_folders(args.a, args.b, factor=args.factor, noise_floor=floor)
+    except ParameterError as err:  # a CompareError, or a damaged report file
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(to_json(comparison), sys.stdout, indent=1)
+        print()
+    else:
+        sys.stdout.write(to_text(comparison, show_all=args.all))
+    if args.html:
+        try:
+            Path(args.html).write_text(to_html(comparison))
+        except OSError as err:
+            print(f"error: --html {args.html}: {err.strerror}", file=sys.stderr)
+            return 2
+        if not args.json:
+            print(f"html: {args.html}")
+    return comparison.exit_code

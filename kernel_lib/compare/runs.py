@@ -1,0 +1,103 @@
+"""A report's runs read back: each run's identity, and its records keyed by `match_key`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from kernel_lib.params import ParameterError
+from kernel_lib.records import RESULTS_SUFFIX, record_id
+from kernel_lib.report import aggregate
+from kernel_lib.reportfiles import read_results, read_run
+
+
+class CompareError(ParameterError):
+    """Bad input: shown as one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the workbook: its folder, identity and records keyed by match key."""
+
+    folder: Path
+    platform: str | None
+    device: str | None
+    run_id: str | None
+    git: str | None
+    records: dict[str, dict] = field(repr=False)
+    stale: tuple[str, ...] = ()  # notebooks left out: the report kept an earlier run's records
+
+    def describe(self) -> str:
+        parts = [str(self.folder), self.platform or "?", self.device or "?"]
+        if self.git:
+            parts.append(f"git {self.git}")
+        text = " · ".join(parts)
+        return text + (f" (left out, stale: {', '.join(self.stale)})" if self.stale else "")
+
+
+def match_key(row: dict) -> str:
+    """A record's `record_id` without its leading platform, so runs of two platform files (or
+    devices) match; built from the record's fields when it has no id."""
+    platform = row.get("platform") or ""
+    rid = row.get("record_id")
+    if not rid:
+        fields = {k: row.get(k) for k in ("topic", "case", "implementation", "dtype", "mode")}
+        rid = record_id(SimpleNamespace(shape=row.get("shape") or {}, **fields), platform)
+    prefix = f"{platform}/"
+    return rid[len(prefix) :] if platform and rid.startswith(prefix) else rid
+
+
+def run_folders(folder: str | Path) -> list[Path]:
+    """The runs a report folder holds: its `run-<k>/` subfolders (in k order) if it has any, else
+    the folder itself. Raises CompareError for a missing folder or one without records."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CompareError(f"{folder}: no such folder")
+    runs = aggregate.run_folders(folder) or [folder]
+    for run in runs:
+        if not any(run.glob(f"*{RESULTS_SUFFIX}")):
+            raise CompareError(f"{run}: not a report folder (no *{RESULTS_SUFFIX})")
+    return runs
+
+
+def load_run(folder: str | Path) -> Run:
+    """One run's records (from every `*.results.json`) and identity (from `run.json` where
+    present, else from the records); ParameterError naming a damaged file."""
+    folder = Path(folder)
+    meta = read_run(folder / "run.json") if (folder / "run.json").exists() else {}
+    stale = tuple(nb["notebook"] for nb in meta.get("notebooks", []) if nb.get("stale_results"))
+    records: dict[str, dict] = {}
+    for path in sorted(folder.glob(f"*{RESULTS_SUFFIX}")):
+        if path.name[: -len(RESULTS_SUFFIX)] in stale:
+            continue
+        for row in read_results(path):
+            records[match_key(row)] = row
+    devices = Counter(r.get("device") for r in records.values() if r.get("device"))
+    platforms = Counter(r.get("platform") for r in records.values() if r.get("platform"))
+    env = meta.get("environment") or {}
+    return Run(
+        folder=folder,
+        platform=meta.get("platform") or (platforms.most_common(1)[0][0] if platforms else None),
+        device=env.get("name") or (devices.most_common(1)[0][0] if devices else None),
+        run_id=meta.get("run_id"),
+        git=meta.get("git"),
+        records=records,
+        stale=stale,
+    )
+
+
+def load_side(folders: list[str | Path]) -> list[Run]:
+    """Every run of the given report folders, in order."""
+    if not folders:
+        raise CompareError("a side has no report folder")
+    return [load_run(run) for folder in folders for run in run_folders(folder)]
+
+
+def _by_key(runs: list[Run]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for run in runs:
+        for key, row in run.records.items():
+            out.setdefault(key, []).append(row)
+    return out
