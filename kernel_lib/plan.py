@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
+
+import pandas as pd
 
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.records import Record
@@ -17,6 +19,13 @@ ConfigT = TypeVar("ConfigT")
 class HasRecords(Protocol):
     """A section's output that the notebook shows more of (a table, a chosen variant)."""
 
+    records: list[Record]
+
+
+class Table(NamedTuple):
+    """A section's table as the notebook shows it (a correctness table, errors), and its records."""
+
+    table: pd.DataFrame
     records: list[Record]
 
 

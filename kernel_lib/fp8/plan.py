@@ -15,7 +15,7 @@ from kernel_lib.fp8.inference import InferenceComparison
 from kernel_lib.fp8.linear import scaled_mm_unsupported
 from kernel_lib.fp8.training import loss_checks
 from kernel_lib.measure import Case, check_table_records
-from kernel_lib.plan import Context, Plan, Section
+from kernel_lib.plan import Context, Plan, Section, Table
 from kernel_lib.platform import DeviceFacts, device_facts
 
 TOPIC = "fp8"
@@ -23,13 +23,6 @@ MM_CHECK_GRANULARITIES = ["tensorwise", "rowwise"]  # the scale layouts _scaled_
 LINEAR_CHECK_RECIPES = ["tensorwise_dynamic", "rowwise_dynamic", "tensorwise_delayed"]
 # Fp8Linear's check input: (batch, seq, in_features) -> out_features, 3-D as a model feeds it
 LINEAR_CHECK_SHAPE = {"batch": 3, "seq": 5, "in_features": 64, "out_features": 48}
-
-
-class Table(NamedTuple):
-    """A section's table as the notebook shows it, and its records."""
-
-    table: pd.DataFrame
-    records: list[rec.Record]
 
 
 class Inference(NamedTuple):

@@ -16,19 +16,12 @@ from kernel_lib.moe.bench_presets import section_presets
 from kernel_lib.moe.cases import REFERENCE, MoECase, check_table, edge_cases, make_case
 from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
 from kernel_lib.moe.presets import preset
-from kernel_lib.plan import Context, Plan, Section
+from kernel_lib.plan import Context, Plan, Section, Table
 from kernel_lib.platform import device_facts
 
 Records = list[rec.Record]
 ROUTING_CHECK_TOKENS = 257  # odd: no preset's expert count divides it
 ROUTING_REFERENCE = "fp64 routing twin (experts outside near-ties, then weights)"
-
-
-class Table(NamedTuple):
-    """A correctness table as the notebook shows it, and its records."""
-
-    table: pd.DataFrame
-    records: Records
 
 
 class Sweeps(NamedTuple):
