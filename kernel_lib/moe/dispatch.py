@@ -208,18 +208,26 @@ def dispatch_padded(
     It must hold every kept assignment: apply capacity.apply_capacity first to drop overflow.
     Padding rows are zeros and are computed anyway: this strategy runs E*C rows, not A.
     """
+    return padded_experts(x, routing, experts, padded_capacity(x, routing, experts, capacity))
+
+
+def padded_capacity(
+    x: Tensor, routing: Routing, experts: FeedForwardExperts, capacity: int | None = None
+) -> int:
+    """The padded strategies' checked inputs and rows per expert: `capacity`, or None for the
+    largest expert load (one host sync). ValueError where it is negative or below that load."""
     _check_inputs(x, routing)
     _check_ffn(experts)
     if capacity is None:
-        capacity = int(routing.counts.max()) if routing.counts.numel() else 0
-    elif capacity < 0:
+        return int(routing.counts.max()) if routing.counts.numel() else 0
+    if capacity < 0:
         raise ValueError(f"capacity={capacity} must be >= 0")
-    elif routing.counts.numel() and int(routing.counts.max()) > capacity:
+    if routing.counts.numel() and int(routing.counts.max()) > capacity:
         raise ValueError(
             f"capacity={capacity} is below the largest expert load "
             f"{int(routing.counts.max())}; apply_capacity first"
         )
-    return padded_experts(x, routing, experts, capacity)
+    return capacity
 
 
 def padded_experts(

@@ -11,11 +11,13 @@ later runs. Forward only (inference): no autograd graph is compiled.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from kernel_lib.checks import Unsupported
-from kernel_lib.moe.dispatch import _check_ffn, _check_inputs, check_inference, padded_experts
+from kernel_lib.moe.dispatch import check_inference, padded_capacity, padded_experts
 from kernel_lib.moe.experts import FeedForwardExperts
 from kernel_lib.moe.routing import Routing
 
@@ -23,11 +25,13 @@ GEMM_BACKENDS = "CPP,ATEN"  # Inductor's C++ template against ATen (oneDNN / MKL
 RECOMPILE_LIMIT = 64  # graphs of this one function per process (one per case shape)
 
 
-def _compiled():
-    """A wrapper made per call (cheap): dynamo keeps the compiled graphs on padded_experts' code,
-    and a test that replaces torch.compile is never handed a wrapper made before it."""
+@functools.cache
+def _compiled(compile_fn):
+    """padded_experts through `compile_fn` (torch.compile), wrapped once: a wrapper costs ~0.8 ms
+    to make, too much for a timed call; keyed by the function, so a test that replaces
+    torch.compile gets a wrapper of its own."""
     options = {"max_autotune": True, "max_autotune_gemm_backends": GEMM_BACKENDS}
-    return torch.compile(padded_experts, options=options, fullgraph=True)
+    return compile_fn(padded_experts, options=options, fullgraph=True)
 
 
 def dispatch_padded_max_autotune(
@@ -36,10 +40,8 @@ def dispatch_padded_max_autotune(
     """dispatch_padded (capacity = the largest expert load, read on the host) compiled with
     max-autotune. Raises Unsupported where no token is routed, and once RECOMPILE_LIMIT graphs
     were compiled in this process (a skipped record, never an eager run under this name)."""
-    _check_inputs(x, routing)
-    _check_ffn(experts)
+    capacity = padded_capacity(x, routing, experts)
     check_inference("padded_max_autotune", x, experts)
-    capacity = int(routing.counts.max()) if routing.counts.numel() else 0
     if capacity == 0:  # Inductor fails to lower (or, in its C++ GEMM, divides by) an empty batch
         raise Unsupported("padded_max_autotune: no assignments to compile an (E, 0, D) GEMM for")
     try:
@@ -49,7 +51,7 @@ def dispatch_padded_max_autotune(
                 recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True
             ),
         ):
-            return _compiled()(x, routing, experts, capacity)
+            return _compiled(torch.compile)(x, routing, experts, capacity)
     except torch._dynamo.exc.FailOnRecompileLimitHit as why:
         raise Unsupported(
             f"padded_max_autotune: recompile limit ({RECOMPILE_LIMIT} graphs) hit in this "

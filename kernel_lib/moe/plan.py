@@ -17,7 +17,7 @@ from kernel_lib.moe.cases import REFERENCE, MoECase, check_table, edge_cases, ma
 from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
 from kernel_lib.moe.presets import preset
 from kernel_lib.plan import Context, Plan, Section, Table
-from kernel_lib.platform import device_facts
+from kernel_lib.platform import DeviceFacts, device_facts
 
 Records = list[rec.Record]
 ROUTING_CHECK_TOKENS = 257  # odd: no preset's expert count divides it
@@ -31,7 +31,9 @@ class Sweeps(NamedTuple):
     records: Records
 
 
-def _strategy_records(table: pd.DataFrame, case: MoECase, name: str, facts) -> Records:
+def _strategy_records(
+    table: pd.DataFrame, case: MoECase, name: str, facts: DeviceFacts
+) -> Records:
     return check_table_records(
         table,
         Case(TOPIC, name, case.shape, case.dtype, "forward"),

@@ -48,7 +48,9 @@ def test_no_assignments_is_a_skip_not_a_crash():
 
 
 def test_a_broken_compiled_graph_fails_the_check(monkeypatch):
-    monkeypatch.setattr(max_autotune, "_compiled", lambda: lambda x, r, e, c: torch.zeros_like(x))
+    monkeypatch.setattr(
+        max_autotune, "_compiled", lambda fn: lambda x, r, e, c: torch.zeros_like(x)
+    )
     ex, x = make_experts(3, 8, 16), torch.randn(20, 8)
     with torch.no_grad(), pytest.raises(AssertionError, match="max err"):
         _check(dispatch_padded_max_autotune, x, random_routing(20, 3, 2), ex)
