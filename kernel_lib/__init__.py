@@ -1,6 +1,9 @@
 """kernel-workbook: kernels, their references, one timing harness and one records schema."""
 
 import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository (checkout) root
 
 
 def _inductor_cache_per_isa() -> None:

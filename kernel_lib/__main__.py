@@ -35,7 +35,7 @@ from kernel_lib.records import RESULTS_DIR_ENV
 OUTPUTS = ROOT / "outputs"
 # topic -> (module with `suite(params)`, notebook whose parameters it takes; None: the platform's backend_*)
 TOPICS = {
-    "device": ("kernel_lib.backends.bench", None),
+    "device": ("kernel_lib.backends.plan", None),
     "moe": ("kernel_lib.moe.plan", "moe"),
     "fp8": ("kernel_lib.fp8.plan", "fp8"),
     "attention": ("kernel_lib.attention.plan", "flex_attention"),
@@ -334,8 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     ab.add_argument(
         "--slow-b",
+        action="append",
+        default=[],
         metavar="IMPL=FRACTION",
-        help="TEST ONLY: side B's timed calls of implementation IMPL take 1 + FRACTION as long",
+        help="TEST ONLY: side B's timed calls of implementation IMPL take 1 + FRACTION as long "
+        "(repeatable: one per implementation)",
     )
     ab.set_defaults(func=cmd_ab)
     sub.add_parser(

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MIN_ROUNDS = 6  # the fewest paired rounds whose order statistics give a 95 % interval (96.9 %)
-# TEST ONLY (kernel_lib.sensitivity): "implementation=fraction" makes that candidate's timed calls
-# take 1 + fraction times as long, and flags its records so they never pass as real figures.
+# TEST ONLY (kernel_lib.sensitivity, `ab --slow-b`): "implementation=fraction", several
+# comma-separated, makes each named candidate's timed calls take 1 + its fraction times as long,
+# and flags its records so they never pass as real figures.
 TEST_SLOWDOWN_ENV = "KERNEL_WORKBOOK_TEST_SLOWDOWN"
 
 
@@ -63,10 +64,27 @@ class Candidate:
             raise TypeError(f"{self.implementation}: a candidate is never timed without its check")
 
 
+def slowdowns(text: str) -> dict[str, float]:
+    """A TEST_SLOWDOWN_ENV value ("a=0.1,b=0.2") as {implementation: fraction} ({} for "");
+    ValueError naming the variable when it is malformed."""
+    knobs = {}
+    for knob in text.split(",") if text else ():
+        name, _, fraction = (part.strip() for part in knob.partition("="))
+        try:
+            knobs[name] = float(fraction)
+        except ValueError:
+            name = ""
+        if not name:
+            raise ValueError(
+                f"{TEST_SLOWDOWN_ENV}={text!r} must look like "
+                "IMPLEMENTATION=FRACTION[,IMPL=FRACTION...]"
+            )
+    return knobs
+
+
 def injected_slowdown(implementation: str) -> float:
     """The slowdown TEST_SLOWDOWN_ENV injects into `implementation` (0.0: none)."""
-    name, _, fraction = os.environ.get(TEST_SLOWDOWN_ENV, "").partition("=")
-    return float(fraction) if name == implementation and fraction else 0.0
+    return slowdowns(os.environ.get(TEST_SLOWDOWN_ENV, "")).get(implementation, 0.0)
 
 
 def _slowed(fn: Callable[[], object], fraction: float) -> Callable[[], object]:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import yaml
 
+from kernel_lib import ROOT
 from kernel_lib.allocator import ALLOCATORS
 from kernel_lib.allocator import DEFAULT as ALLOCATOR_DEFAULT
 from kernel_lib.config import short, short_repr
 
-ROOT = Path(__file__).resolve().parent.parent
 PARAMETERS_DIR = ROOT / "parameters"
 NOTEBOOKS_DIR = ROOT / "notebooks"
 RESERVED = "workbook"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from kernel_lib import ROOT
 from kernel_lib.headlines import headline
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ RUN_ID_ENV, PLATFORM_ENV = "KERNEL_WORKBOOK_RUN_ID", "KERNEL_WORKBOOK_PLATFORM"
 # ... and the folder its results go to (the report being staged): see `resolve_results_dir`.
 RESULTS_DIR_ENV = "KERNEL_WORKBOOK_RESULTS_DIR"
 # Where results go when nothing says otherwise (JupyterLab; papermill without an output path).
-LOCAL_RESULTS_DIR = Path(__file__).resolve().parent.parent / "outputs" / "local"
+LOCAL_RESULTS_DIR = ROOT / "outputs" / "local"
 _PROCESS_RUN_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 

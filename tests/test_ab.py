@@ -17,11 +17,12 @@ import kernel_lib.ab as ab
 from kernel_lib import compare
 from kernel_lib.__main__ import main
 from kernel_lib.ab import checkout, rounds
-from kernel_lib.measure import TEST_SLOWDOWN_ENV
+from kernel_lib.measure import TEST_SLOWDOWN_ENV, slowdowns
 from kernel_lib.params import ROOT
 from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
 
 JITTER = (1.0, 1.02, 0.98, 1.01, 0.99)  # run-to-run noise of the fake runs, the same on both sides
+MS = {"x": 1.0, "y": 2.0, "z": 3.0}  # the fake runs' records and their times, unslowed
 IDENTITY = {**checkout.SNAPSHOT_IDENTITY, "GIT_CONFIG_GLOBAL": os.devnull}
 
 
@@ -90,8 +91,8 @@ def timed(implementation: str, ms: float) -> Record:
 
 @pytest.fixture
 def fake_runs(monkeypatch):
-    """Runs that write a report at once: records `x` and `y`, `y` slowed as the knob says. Each
-    checks that it runs its side's commit, with that checkout first on PYTHONPATH."""
+    """Runs that write a report at once: records `x`, `y` and `z`, each slowed as the knob says.
+    Each checks that it runs its side's commit, with that checkout first on PYTHONPATH."""
     calls = []
 
     def run_once(side, into, arguments):
@@ -99,12 +100,10 @@ def fake_runs(monkeypatch):
         assert git(side.checkout, "rev-parse", "HEAD") == side.commit
         assert side.env["PYTHONPATH"].split(os.pathsep)[0] == str(side.checkout)
         assert arguments[:2] == ["--platform", "ci"]
-        knob = side.env.get(TEST_SLOWDOWN_ENV, "=0").split("=")
-        slow = 1 + float(knob[1]) if knob[0] == "y" else 1.0
+        knobs = slowdowns(side.env.get(TEST_SLOWDOWN_ENV, ""))
         j = JITTER[(len(calls) - 1) // 2 % len(JITTER)]
-        rows = to_dicts(
-            stamp([timed("x", j), timed("y", 2 * j * slow)], run_id=into.name, platform="ci")
-        )
+        records = [timed(name, ms * j * (1 + knobs.get(name, 0.0))) for name, ms in MS.items()]
+        rows = to_dicts(stamp(records, run_id=into.name, platform="ci"))
         into.mkdir(parents=True)
         (into / f"bench{RESULTS_SUFFIX}").write_text(json.dumps(rows))
         run = {"platform": "ci", "run_id": into.name, "git": side.commit[:7]}
@@ -160,7 +159,8 @@ def test_an_a_a_keeps_its_noise_floor_and_a_slowed_side_is_slower_beside_it(
         table = json.loads(next(ab.STORE.glob("*-ci-*/compare.json")).read_text())
         shutil.rmtree(next(ab.STORE.glob("*-ci-*")))
         verdicts = {r["key"].split("/")[2]: r["verdict"] for r in table["records"]}
-        assert verdicts == {"x": "same", "y": "same" if fraction == "0.1" else "slower"}
+        slowed = "same" if fraction == "0.1" else "slower"
+        assert verdicts == {"x": "same", "y": slowed, "z": "same"}
         assert code == (0 if fraction == "0.1" else 1)
         assert table["noise_floor"]["ratio_high"] == 1.0  # the A/A's, at hand
         assert "noise floor: an A/A of git" in out and "TEST ONLY: B slowed by y=" in out
@@ -168,6 +168,30 @@ def test_an_a_a_keeps_its_noise_floor_and_a_slowed_side_is_slower_beside_it(
     assert run_ab(capsys, "HEAD", "HEAD", "--runs", "3", "--out", "o3")[0] == 0
     assert json.loads((Path("o3") / "noise-floor.json").read_text())["runs_a_side"] == 3
     assert json.loads((ab.STORE / "noise-floor-ci.json").read_text()) == floor
+
+
+def test_slow_b_is_repeatable_each_implementation_slowed_by_its_own_fraction(
+    tiny, fake_runs, capsys
+):
+    knobs = ["--slow-b", "y=0.2", "--slow-b", "x=0.30", "--slow-b", "nosuch=0.1"]
+    code, out, err = run_ab(capsys, "HEAD", "HEAD", *knobs)
+    assert code == 1, err
+    (folder,) = ab.STORE.glob("*-ci-*")
+    state = json.loads((folder / ab.STATE).read_text())
+    assert state["slow_b"] == "nosuch=0.1,x=0.3,y=0.2"  # canonical: sorted, normalised
+    assert "TEST ONLY: B slowed by nosuch=0.1,x=0.3,y=0.2" in out
+    assert err.count("no record names implementation") == 1 and "'nosuch'" in err
+    table = json.loads((folder / "compare.json").read_text())["records"]
+    ratios = {r["key"].split("/")[2]: (r["verdict"], round(r["ratio"], 3)) for r in table}
+    assert ratios == {"x": ("slower", 1.3), "y": ("slower", 1.2), "z": ("same", 1.0)}
+    assert not (folder / compare.NOISE_FLOOR_FILE).exists()
+
+    # the same knobs in another order: the same default folder, so --resume takes them
+    again = ["--slow-b", "nosuch=.1", "--slow-b", "x=0.3", "--slow-b", "y=0.2", "--resume"]
+    code, _, err = run_ab(capsys, "HEAD", "HEAD", *again)
+    assert code == 1 and list(ab.STORE.glob("*-ci-*")) == [folder], err
+    # one --slow-b: stored as before, one `impl=fraction`, so older runs resume
+    assert ab._slowdown(["y=0.20"]) == "y=0.2" and ab._slowdown([]) is None
 
 
 def test_ctrl_c_keeps_the_runs_and_resume_continues_with_a_clean_worktree(
@@ -216,6 +240,10 @@ def test_ctrl_c_keeps_the_runs_and_resume_continues_with_a_clean_worktree(
         (["HEAD", "HEAD", "--runs", "2.5"], "--runs must be an integer >= 1"),
         (["HEAD", "HEAD", "--factor", "0.9"], "--factor must be a number > 1"),
         (["HEAD", "HEAD", "--slow-b", "y"], "--slow-b 'y' must look like IMPLEMENTATION="),
+        (["HEAD", "HEAD", "--slow-b", "x=0.1", "--slow-b", "y=0"], "--slow-b 'y=0' must look"),
+        (["HEAD", "HEAD", "--slow-b", "x=0.1,y=0.2"], "--slow-b 'x=0.1,y=0.2' must look"),
+        (["HEAD", "HEAD", "--slow-b", "x,y=0.2"], "--slow-b 'x,y=0.2' must look"),
+        (["HEAD", "HEAD", "--slow-b", "y=0.1", "--slow-b", " y=0.2"], "'y' is given twice"),
         (["HEAD", "HEAD", "--only", "nope"], "--only"),
         (["HEAD", "HEAD", "--only", "fp8"], "has no notebooks/fp8.ipynb"),
         (["HEAD", "HEAD", "-p", "nope"], "-p"),

@@ -1,4 +1,4 @@
-"""Each topic's plan against its notebook (the cells run the plan's sections by name, in its
+"""Each notebook's plan against the notebook (the cells run the plan's sections by name, in its
 order, each once), and the Plan itself: order, outputs kept, records appended."""
 
 import ast
@@ -13,20 +13,25 @@ from kernel_lib.params import ROOT
 from kernel_lib.plan import Context, Plan, Section
 from kernel_lib.records import Record
 
-# topic -> (its plan module, its notebook): every topic of `bench` whose module declares a PLAN
-PLANNED = {
-    topic: (module, notebook)
-    for topic, (module, notebook) in TOPICS.items()
-    if hasattr(importlib.import_module(module), "PLAN")
-}
+
+def _planned() -> dict[str, Plan]:
+    """notebook -> its plan: every topic of `bench` whose module declares a PLAN, and the backend
+    notebooks' (`device`: the module's PLANS, one per backend_<backend> notebook)."""
+    planned = {}
+    for module_name, notebook in TOPICS.values():
+        module = importlib.import_module(module_name)
+        if hasattr(module, "PLAN"):
+            planned[notebook] = module.PLAN
+        for backend, plan in getattr(module, "PLANS", {}).items():
+            planned[f"backend_{backend}"] = plan
+    return planned
 
 
-def _plan(topic: str) -> Plan:
-    return importlib.import_module(PLANNED[topic][0]).PLAN
+PLANNED = _planned()
 
 
-def _notebook(topic: str) -> dict:
-    return json.loads((ROOT / "notebooks" / f"{PLANNED[topic][1]}.ipynb").read_text())
+def _notebook(name: str) -> dict:
+    return json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
 
 
 def notebook_sections(notebook: dict) -> list[str]:
@@ -54,31 +59,32 @@ def notebook_sections(notebook: dict) -> list[str]:
     return names
 
 
-def test_fp8_and_attention_have_plans():
-    assert {"fp8", "attention"} <= set(PLANNED)
+def test_every_notebook_has_a_plan():
+    assert set(PLANNED) == {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert {f"backend_{b}" for b in ("cpu", "nvidia", "amd", "tpu", "xpu")} <= set(PLANNED)
 
 
-@pytest.mark.parametrize("topic", sorted(PLANNED))
-def test_the_notebook_runs_every_section_in_the_plans_order_each_once(topic):
-    names, plan = notebook_sections(_notebook(topic)), _plan(topic)
+@pytest.mark.parametrize("name", sorted(PLANNED))
+def test_the_notebook_runs_every_section_in_the_plans_order_each_once(name):
+    names, plan = notebook_sections(_notebook(name)), PLANNED[name]
     assert len(names) == len(set(names)), f"a section run twice: {names}"
     assert set(names) == set(plan.names), set(names) ^ set(plan.names)
     assert names == list(plan.names)
 
 
-@pytest.mark.parametrize("topic", sorted(PLANNED))
-def test_two_cells_swapped_break_the_order(topic):
-    notebook = _notebook(topic)
+@pytest.mark.parametrize("name", sorted(PLANNED))
+def test_two_cells_swapped_break_the_order(name):
+    notebook = _notebook(name)
     cells = [i for i, c in enumerate(notebook["cells"]) if notebook_sections({"cells": [c]})]
     first, last = cells[0], cells[-1]
     swapped = list(notebook["cells"])
     swapped[first], swapped[last] = swapped[last], swapped[first]
-    assert notebook_sections({"cells": swapped}) != list(_plan(topic).names)
+    assert notebook_sections({"cells": swapped}) != list(PLANNED[name].names)
 
 
-@pytest.mark.parametrize("topic", sorted(PLANNED))
-def test_a_section_not_in_the_plan_is_one_line_naming_it(topic):
-    plan = _plan(topic)
+@pytest.mark.parametrize("name", sorted(PLANNED))
+def test_a_section_not_in_the_plan_is_one_line_naming_it(name):
+    plan = PLANNED[name]
     with pytest.raises(ValueError) as err:
         plan.run("nope", Context(config=None, facts=None))
     assert str(err.value).startswith(f"the {plan.topic} plan has no section 'nope'")

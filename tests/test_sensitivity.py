@@ -49,6 +49,38 @@ def test_the_knob_names_one_implementation_and_flags_its_records(monkeypatch):
     assert "TEST ONLY" in slowed.flags[0] and not plain.flags
 
 
+def test_two_knobs_slow_each_its_own_implementation_by_its_own_fraction(monkeypatch):
+    monkeypatch.setenv(TEST_SLOWDOWN_ENV, "b=0.2,a=0.1")
+    assert {n: injected_slowdown(n) for n in "abc"} == {"a": 0.1, "b": 0.2, "c": 0.0}
+    fns = {name: lambda: torch.zeros(1) for name in "abc"}  # one function each, told apart
+    slowed, real = {}, measure._slowed
+
+    def spy(fn, fraction):
+        slowed[next(n for n, f in fns.items() if f is fn)] = fraction
+        return real(fn, fraction)
+
+    monkeypatch.setattr(measure, "_slowed", spy)
+    check = checks.exact(torch.zeros(1), reference="zeros")
+    records = compare(
+        Case("t", "zeros", {"n": 1}),
+        [Candidate(name, fn, check) for name, fn in fns.items()],
+        facts=device_facts("cpu"),
+        rounds=1,
+        min_time_s=0.001,
+    )
+    assert slowed == {"a": 0.1, "b": 0.2, "c": 0.0}
+    assert records[2].flags == ()
+    assert "slowed by 10%" in records[0].flags[0] and "slowed by 20%" in records[1].flags[0]
+
+
+@pytest.mark.parametrize("value", ["relu", "relu=", "=0.1", "relu=fast", "a=0.1,", "a=0.1;b=0.2"])
+def test_a_malformed_knob_is_a_one_line_error_not_ignored(monkeypatch, value):
+    monkeypatch.setenv(TEST_SLOWDOWN_ENV, value)
+    with pytest.raises(ValueError, match=f"^{TEST_SLOWDOWN_ENV}=.* must look like") as err:
+        injected_slowdown("other")
+    assert "\n" not in str(err.value)
+
+
 def _record(implementation: str, ms: float) -> Record:
     return Record(
         topic=sensitivity.NAME,

@@ -37,6 +37,7 @@ from kernel_lib.compare import (
     to_json,
     to_text,
 )  # fmt: skip
+from kernel_lib.measure import slowdowns
 from kernel_lib.outdir import locked
 from kernel_lib.params import ROOT, ParameterError, load_plan, parse_override
 
@@ -64,21 +65,25 @@ def _factor(value: str | None) -> float:
     return factor
 
 
-def _slowdown(text: str | None) -> str | None:
-    """--slow-b IMPL=FRACTION (TEST ONLY): the knob's value for side B's runs."""
-    if text is None:
-        return None
-    name, _, fraction = text.partition("=")
-    try:
-        ok = bool(name.strip()) and 0 < float(fraction) <= MAX_SLOWDOWN
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ParameterError(
-            f"--slow-b {text!r} must look like IMPLEMENTATION=FRACTION with 0 < FRACTION <= "
-            f"{MAX_SLOWDOWN:g} (0.1: that implementation's timed calls take 10 % longer)"
-        )
-    return f"{name.strip()}={float(fraction):g}"
+def _slowdown(values: list[str] | tuple[str, ...]) -> str | None:
+    """--slow-b IMPL=FRACTION, repeatable (TEST ONLY): the knob's value for side B's runs, sorted
+    by implementation ("a=0.1,b=0.2"; one --slow-b gives "a=0.1")."""
+    knobs = {}
+    for text in values:
+        name, _, fraction = (part.strip() for part in text.partition("="))
+        try:
+            ok = bool(name) and "," not in name and 0 < float(fraction) <= MAX_SLOWDOWN
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ParameterError(
+                f"--slow-b {text!r} must look like IMPLEMENTATION=FRACTION with 0 < FRACTION <= "
+                f"{MAX_SLOWDOWN:g} (0.1: that implementation's timed calls take 10 % longer)"
+            )
+        if name in knobs:
+            raise ParameterError(f"--slow-b {name!r} is given twice")
+        knobs[name] = float(fraction)
+    return ",".join(f"{name}={fraction:g}" for name, fraction in sorted(knobs.items())) or None
 
 
 def _check_sides(commits: dict[str, str], platform: str, only: list[str] | None) -> None:
@@ -171,8 +176,8 @@ def _compare(out: Path, state: dict, failed: list[str]) -> int:
     (out / "compare.json").write_text(json.dumps(to_json(comparison), indent=1) + "\n")
     (out / "compare.html").write_text(to_html(comparison))
     print(f"html: {out / 'compare.html'}\njson: {out / 'compare.json'}")
-    impl = (state["slow_b"] or "").partition("=")[0]
-    if impl and not any(key.split("/")[2:3] == [impl] for key in comparison.table["key"]):
+    named = {part for key in comparison.table["key"] for part in key.split("/")[2:3]}
+    for impl in sorted(slowdowns(state["slow_b"] or "").keys() - named):
         print(f"note: --slow-b: no record names implementation {impl!r}", file=sys.stderr)
     if state["a"] == state["b"] and not state["slow_b"]:
         _keep_noise_floor(out, state, comparison)
@@ -224,7 +229,7 @@ def ab(
     params: list[str] | tuple[str, ...] = (),
     factor: str | None = None,
     out: str | None = None,
-    slow_b: str | None = None,
+    slow_b: list[str] | tuple[str, ...] = (),
     resume: bool = False,
 ) -> int:
     """The `ab` command (see the module docstring); its exit code. Bad input raises ParameterError

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from kernel_lib import ROOT
 from kernel_lib.attention.flex import FlexVariant, first_call, flex_attention_compiled
 from kernel_lib.attention.patterns import PatternConfig
 from kernel_lib.attention.shapes import AttentionShape, make_qkv
@@ -69,9 +70,8 @@ def cold_compile(
 
 def _run(argv: list[str], env: dict) -> subprocess.CompletedProcess:
     """The fresh process (from the repository root, so `kernel_lib` imports)."""
-    root = Path(__file__).resolve().parents[2]
     return subprocess.run(
-        argv, env=env, cwd=root, capture_output=True, text=True, timeout=TIMEOUT_S
+        argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S
     )
 
 

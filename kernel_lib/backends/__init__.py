@@ -1,18 +1,19 @@
 """Device characterisation shared by the backend notebooks: facts, capability probes, roofline,
-costs, and one small module per backend for what differs (nvidia, amd, xla, xpu)."""
+costs, one small module per backend for what differs (nvidia, amd, xla, xpu), and each notebook's
+plan (kernel_lib.backends.plan)."""
 
 from kernel_lib.backends.config import BackendConfig
 from kernel_lib.backends.costs import launch_latency, mlp_modes, small_mlp, transfer
+from kernel_lib.backends.plan import PLANS, Setup, context, setup
 from kernel_lib.backends.probes import probe, probe_table
 from kernel_lib.backends.roofline import bandwidth, gemm_check, gemm_sweep, with_ceilings
-from kernel_lib.backends.sections import Section
 from kernel_lib.backends.target import Target, facts_record, facts_table, find_target
 
 __all__ = [
     # configuration, and which device
     "BackendConfig", "Target", "find_target", "facts_record", "facts_table",
-    # the notebooks' common sections (kernel_lib.backends.sections)
-    "Section",
+    # each notebook's plan and its context (kernel_lib.backends.plan)
+    "PLANS", "Setup", "context", "setup",
     # capability probes
     "probe", "probe_table",
     # roofline

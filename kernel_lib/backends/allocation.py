@@ -14,11 +14,10 @@ import dataclasses
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
-from kernel_lib import allocator, checks
+from kernel_lib import ROOT, allocator, checks
 from kernel_lib.backends import tolerances
 from kernel_lib.backends.config import BackendConfig
 from kernel_lib.backends.roofline import gemm_check
@@ -76,7 +75,7 @@ def _run_child(name: str, request: dict) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", __name__, json.dumps(request)],
         env=allocator.environment(name),
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,

@@ -1,38 +1,28 @@
-"""The five backend notebooks' common sections, one call each: device facts, capability probes,
-roofline, costs, MLP modes and the summary. Each returns a `Section`: its records and the table
-the notebook shows; `check_table` is what nbval compares (PASS/FAIL only)."""
+"""The five backend notebooks' common sections, one call each of (target, cfg): device facts,
+capability probes, roofline, costs and MLP modes (kernel_lib.backends.plan declares them, and each
+backend's own, in the notebooks' order). Each returns a `plan.Table`: the table the notebook shows
+and its records, headlines declared in the section that makes them; `check_table` is what nbval
+compares (PASS/FAIL only)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import pandas as pd
 
-from kernel_lib.backends import allocation, amd, costs, nvidia, probes, roofline, xla, xpu
+from kernel_lib.backends import amd, costs, nvidia, probes, roofline, xla, xpu
 from kernel_lib.backends.config import BackendConfig
-from kernel_lib.backends.target import Target, cpu_facts, facts_record, facts_table, find_target
+from kernel_lib.backends.target import Target, cpu_facts, facts_record, facts_table
+from kernel_lib.plan import HasRecords, Table
 from kernel_lib.records import Record, as_headline, summary_table, to_frame, to_frame_with_verdict
 from kernel_lib.report.findings import headlines
 
-# The headlines every backend notebook declares (records.as_headline), never the largest number:
+# The headlines every backend notebook declares (records.as_headline), never the largest number,
+# each by the section that makes its record:
 COMPILED_MLP = (
-    "backend.compiled_mlp_vs_eager"  # torch.compile's ratio over eager, with its interval
+    "backend.compiled_mlp_vs_eager"  # mlp: torch.compile's ratio over eager, with its interval
 )
-BF16_GEMM = "backend.bf16_gemm_vs_fp32"  # needs both dtypes in gemm_dtypes
-
-
-@dataclass(frozen=True)
-class Section:
-    """A notebook section's records and the table it shows."""
-
-    records: list[Record]
-    table: pd.DataFrame
-
-
-def setup(backend: str, params: dict) -> tuple[Target, BackendConfig]:
-    """The notebook's device (find_target) and its validated parameters (a notebook's globals())."""
-    pd.set_option("display.max_colwidth", 120)
-    return find_target(backend), BackendConfig.from_params(params)
+BF16_GEMM = "backend.bf16_gemm_vs_fp32"  # roof: needs both dtypes in gemm_dtypes
 
 
 def measuring(target: Target) -> str:
@@ -51,9 +41,19 @@ def table(records: list[Record]) -> pd.DataFrame:
     return summary_table(records).join(extra)
 
 
-def show(records: list[Record]) -> Section:
-    """A backend-specific section's records with the common table."""
-    return Section(records, table(records))
+def show(records: list[Record]) -> Table:
+    """A section's records with the common table."""
+    return Table(table(records), records)
+
+
+def _declared(records: list[Record], key: str, subject: Callable[[Record], bool]) -> list[Record]:
+    """The records with the headline `key` declared on its `subject` where it has something to
+    show: a skip its reason, an ok record its ratio."""
+
+    def showable(r: Record) -> bool:
+        return r.status != "ok" or r.ratio_vs_baseline is not None
+
+    return [as_headline(r, key) if subject(r) and showable(r) else r for r in records]
 
 
 def backend_facts(target: Target) -> Record:
@@ -71,44 +71,53 @@ def backend_facts(target: Target) -> Record:
     return facts_record(target, extra())
 
 
-def facts(target: Target) -> Section:
+def facts(target: Target) -> Table:
     """Section 1: the facts record and its one-column table."""
     record = backend_facts(target)
-    return Section([record], facts_table(record).to_frame())
+    return Table(facts_table(record).to_frame(), [record])
 
 
-def capabilities(target: Target, cfg: BackendConfig) -> Section:
+def capabilities(target: Target, cfg: BackendConfig) -> Table:
     """Section 2: every capability probe and its yes/no/detail table."""
     records = probes.probe(target, compile=cfg.probe_compile)
-    return Section(records, probes.probe_table(records))
+    return Table(probes.probe_table(records), records)
 
 
-def roof(target: Target, cfg: BackendConfig, *, progress: bool = False) -> Section:
+def roof(target: Target, cfg: BackendConfig, *, progress: bool = False) -> Table:
     """Section 3: the GEMM sweep and copy/triad bandwidth, with their measured and datasheet
-    ceilings."""
+    ceilings; the headline BF16_GEMM is the bf16 GEMM against fp32 at the largest swept n
+    (whatever its status), where both dtypes are swept."""
     records = roofline.gemm_sweep(target, cfg, progress=progress)
     records += roofline.bandwidth(target, cfg, progress=progress)
-    return show(roofline.with_ceilings(records, target.facts))
+    records = roofline.with_ceilings(records, target.facts)
+    if {"float32", "bfloat16"} <= set(cfg.gemm_dtypes):
+        largest = dict.fromkeys(("M", "N", "K"), max(cfg.gemm_sizes))
+        records = _declared(
+            records,
+            BF16_GEMM,
+            lambda r: r.case == "gemm" and r.dtype == "bfloat16" and r.shape == largest,
+        )
+    return show(records)
 
 
-def overheads(target: Target, cfg: BackendConfig, *, progress: bool = False) -> Section:
+def overheads(target: Target, cfg: BackendConfig, *, progress: bool = False) -> Table:
     """Section 4a: launch and sync latency, host<->device transfers."""
     records = costs.launch_latency(target, cfg)
     return show(records + costs.transfer(target, cfg, progress=progress))
 
 
-def mlp(target: Target, cfg: BackendConfig) -> Section:
-    """Section 4b: the small MLP eager vs compiled vs CUDA graph, and the cold first call."""
-    return show(costs.mlp_modes(target, cfg))
+def mlp(target: Target, cfg: BackendConfig) -> Table:
+    """Section 4b: the small MLP eager vs compiled vs CUDA graph, and the cold first call; the
+    headline COMPILED_MLP is the compiled MLP against eager."""
+    records = _declared(
+        costs.mlp_modes(target, cfg),
+        COMPILED_MLP,
+        lambda r: r.case == "mlp" and r.implementation.startswith("torch_compile"),
+    )
+    return show(records)
 
 
-def allocators(target: Target, cfg: BackendConfig) -> Section:
-    """Section 5 on a CPU: a small workload with fresh outputs under each host allocator, one
-    process per allocator and round, ratios against glibc's malloc as it comes."""
-    return show(allocation.allocator_effect(target, cfg))
-
-
-def check_table(*sections: Section) -> pd.DataFrame:
+def check_table(*sections: HasRecords) -> pd.DataFrame:
     """One row per checked or skipped record: PASS, FAIL or skipped (no digits: nbval compares
     it across machines). AssertionError naming every failed check."""
     records = [r for s in sections for r in s.records if r.check or r.status == "skipped"]
@@ -132,7 +141,7 @@ def check_table(*sections: Section) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["case", "implementation", "dtype", "shape", "check"])
 
 
-def error_table(*sections: Section) -> pd.DataFrame:
+def error_table(*sections: HasRecords) -> pd.DataFrame:
     """Each checked record's error against its reference and the bound it met (the digits that
     check_table leaves out)."""
     rows = [
@@ -150,32 +159,6 @@ def error_table(*sections: Section) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def declare_headlines(records: list[Record], cfg: BackendConfig) -> list[Record]:
-    """The records with the notebook's headlines declared: the compiled MLP against eager, and
-    the bf16 GEMM against fp32 at the largest swept n (whatever its status)."""
-    largest = {"M": max(cfg.gemm_sizes), "N": max(cfg.gemm_sizes), "K": max(cfg.gemm_sizes)}
-    both = {"float32", "bfloat16"} <= set(cfg.gemm_dtypes)
-
-    def label(r: Record) -> str | None:
-        if r.case == "mlp" and r.implementation.startswith("torch_compile"):
-            return COMPILED_MLP
-        if both and r.case == "gemm" and r.dtype == "bfloat16" and r.shape == largest:
-            return BF16_GEMM
-        return None
-
-    def showable(r: Record) -> bool:  # a skip shows its reason; an ok record needs a figure
-        return r.status != "ok" or r.ratio_vs_baseline is not None
-
-    return [as_headline(r, label(r)) if label(r) and showable(r) else r for r in records]
-
-
-def summary(cfg: BackendConfig, *sections: Section) -> Section:
-    """Every section's records, headlines declared, and the run's summary table (every skipped
-    case with its reason)."""
-    records = declare_headlines([r for s in sections for r in s.records], cfg)
-    return Section(records, summary_table(records))
-
-
-def headline_lines(section: Section) -> list[str]:
-    """The declared headlines as the report shows them."""
-    return headlines(to_frame_with_verdict(section.records))
+def headline_lines(records: list[Record]) -> list[str]:
+    """The declared headlines among `records` as the report shows them."""
+    return headlines(to_frame_with_verdict(records))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[2]
+from kernel_lib import ROOT
+
 REQUIREMENTS = ROOT / "requirements-device.txt"
 STAMP = ".installed.json"
 KERNEL_NAME = "kernel-workbook"  # run.execute.KERNEL_NAME (it imports papermill, installed here)

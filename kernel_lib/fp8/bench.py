@@ -33,6 +33,7 @@ from kernel_lib.fp8.linear import (
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference
 from kernel_lib.fp8.scaling import Granularity, ScalingMode, scale_shape
+from kernel_lib.fp8.shapes import GemmShape, bf16_operands
 from kernel_lib.fp8.training import make_model, run_names, training_runs
 from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts
@@ -231,11 +232,13 @@ def _fp8_candidates(
     """The FP8 forward of x @ w.T (bf16 out) three ways, checked against the fp64 FP8 reference:
     the GEMM alone on pre-quantised operands, x quantised per call with W stored in FP8
     (inference), and both quantised per call by Fp8Linear (training)."""
-    fmt, (m, k), n = config.linear_format, x.shape, w.shape[0]
+    fmt, shape = config.linear_format, GemmShape(x.shape[0], x.shape[1], w.shape[0])
     dynamic = Fp8LinearConfig.from_recipe_name(recipe).recipe.mode is ScalingMode.DYNAMIC
     quantizer = "triton" if facts.backend in GPU and dynamic else "torch"
     lin = Fp8LinearConfig.from_recipe_name(recipe, fmt=fmt, quantizer=quantizer)
-    layer = Fp8Linear(k, n, bias=False, config=lin, device=x.device, dtype=torch.bfloat16)
+    layer = Fp8Linear(
+        shape.k, shape.n, bias=False, config=lin, device=x.device, dtype=torch.bfloat16
+    )
     with torch.no_grad():
         layer.weight.copy_(w)
     layer.weight.requires_grad_(False)  # forward only: no autograd graph in the timed call
@@ -251,25 +254,19 @@ def _fp8_candidates(
         ),
         "fp8_linear": lambda: layer(x),
     }
-    label = f"fp64 FP8 reference ({fmt} {gran}) at M={m} K={k} N={n}"
+    label = f"fp64 FP8 reference ({fmt} {gran}) at M={shape.m} K={shape.k} N={shape.n}"
     return [
         Candidate(
             f"{name}_{recipe}",
             fn,
             dtype=f"float8_{fmt}",
-            flops=2.0 * m * k * n,
+            flops=shape.flops,
             check=against(
                 reference, reference=label, tolerance=out_tolerance(gran, torch.bfloat16)
             ),
         )
         for name, fn in paths.items()
     ]
-
-
-def _bf16_pair(n: int, device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, n, generator=gen).to(device, torch.bfloat16)
-    return x, (torch.randn(n, n, generator=gen) / n**0.5).to(device, torch.bfloat16)
 
 
 def _checked_untimed(
@@ -279,8 +276,8 @@ def _checked_untimed(
     (the timed sweep then records them skipped, or wrong where this failed); elsewhere `reason`."""
     if not reason.startswith("emulated"):
         return {}
-    n = min(config.check_sizes)
-    x, w = _bf16_pair(n, facts.device, config.seed)
+    shape = GemmShape.square(min(config.check_sizes))
+    x, w = bf16_operands(shape, device=facts.device, seed=config.seed)
     return {
         c.implementation: c.check(c.fn())
         for recipe in config.recipes
@@ -302,16 +299,15 @@ def linear_speed(
     untimed = _checked_untimed(config, facts, reason) if reason else {}
     records = []
     for n in tqdm(config.gemm_sizes, disable=not progress, desc="linear speed"):
-        x, w = _bf16_pair(n, facts.device, config.seed)
-        case = Case(
-            TOPIC, "linear_forward", {"M": n, "K": n, "N": n}, dtype="bfloat16", mode="forward"
-        )
+        shape = GemmShape.square(n)
+        x, w = bf16_operands(shape, device=facts.device, seed=config.seed)
+        case = Case(TOPIC, "linear_forward", shape.as_dict(), dtype="bfloat16", mode="forward")
         full = functools.cache(lambda x=x, w=w: _host(x).double() @ _host(w).double().t())
         candidates = [
             Candidate(
                 "bf16_linear",
                 lambda x=x, w=w: F.linear(x, w),
-                flops=2.0 * n**3,
+                flops=shape.flops,
                 check=against(
                     full, reference="fp64 of the bf16 inputs", tolerance=TOLERANCES["bf16_out"]
                 ),
@@ -353,8 +349,8 @@ def linear_speed(
             progress=f"linear n={n}" if progress else None,
         )
     headline = f"fp8_linear_{config.recipes[0]}"
-    n = max(config.gemm_sizes)
-    return declare(with_datasheets(records, facts), headline, {"N": n}, "fp8.linear_vs_bf16")
+    largest = GemmShape.square(max(config.gemm_sizes)).as_dict()
+    return declare(with_datasheets(records, facts), headline, largest, "fp8.linear_vs_bf16")
 
 
 def section_fields(config: Fp8BenchConfig, case: str) -> list[tuple[str, dict]]:

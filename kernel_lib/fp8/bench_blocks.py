@@ -38,6 +38,7 @@ from kernel_lib.fp8.grouped import (
 from kernel_lib.fp8.linear import fp8_matmul_support
 from kernel_lib.fp8.numerics import KINDS, recipe_error_table, sample_tensor
 from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
+from kernel_lib.fp8.shapes import GemmShape, bf16_operands
 from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts, datasheet_for
 
@@ -78,14 +79,9 @@ def recipe_error_records(
     ]
 
 
-def block_check_shapes(config: Fp8BenchConfig) -> list[tuple[int, int, int]]:
-    """(M, K, N) = (n + 5, 2n, n) per n of block_check_sizes: M odd, K two whole 128-blocks."""
-    return [(n + 5, 2 * n, n) for n in config.block_check_sizes]
-
-
 def block_checks(config: Fp8BenchConfig, *, device: str) -> pd.DataFrame:
     return block_gemm_check(
-        block_check_shapes(config),
+        [GemmShape.ragged(n) for n in config.block_check_sizes],
         recipes=list(config.block_recipes),
         fmt=config.linear_format,
         device=device,
@@ -169,12 +165,11 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     refuses the layout, its record says why)."""
     fmt, emulated, records = config.linear_format, _emulated(facts), []
     for n in config.block_sizes:
-        gen = torch.Generator().manual_seed(config.seed)
-        x = torch.randn(n, n, generator=gen).to(facts.device, torch.bfloat16)
-        w = (torch.randn(n, n, generator=gen) / n**0.5).to(facts.device, torch.bfloat16)
-        case = Case(TOPIC, "block_linear", {"M": n, "K": n, "N": n}, "bfloat16", "forward")
+        shape = GemmShape.square(n)
+        x, w = bf16_operands(shape, device=facts.device, seed=config.seed)
+        case = Case(TOPIC, "block_linear", shape.as_dict(), "bfloat16", "forward")
         full = functools.cache(lambda x=x, w=w: x.double() @ w.double().t())
-        flops = 2.0 * n**3
+        flops = shape.flops
         candidates = [
             Candidate(
                 "bf16_linear",
@@ -225,8 +220,10 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
             case, candidates, facts=facts, baseline="bf16_linear", min_time_s=config.min_time_s
         )
     records = with_datasheets(records, facts)
-    headline, n = f"block_linear_{config.block_recipes[0]}", max(config.block_sizes)
-    return declare(records, headline, {"N": n}, "fp8.block_linear_vs_bf16")
+    headline, largest = f"block_linear_{config.block_recipes[0]}", max(config.block_sizes)
+    return declare(
+        records, headline, GemmShape.square(largest).as_dict(), "fp8.block_linear_vs_bf16"
+    )
 
 
 def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
@@ -236,22 +233,16 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     where the device has no kernel) and `looped_scaled_mm` (timed only on FP8 matrix units);
     FP8 operands quantised beforehand (the GEMM alone). Headline: scaled_grouped_mm against bf16
     (skipped with the reason where the device has no kernel)."""
-    fmt, counts = config.linear_format, grouped_counts(config)
-    t, k, f, e = (
-        config.grouped_tokens,
-        config.grouped_dim,
-        config.grouped_ffn,
-        config.grouped_experts,
-    )
+    fmt, counts, shape = config.linear_format, grouped_counts(config), config.grouped_shape
     gen = torch.Generator().manual_seed(config.seed)
-    x = torch.randn(t, k, generator=gen).to(facts.device, torch.bfloat16)
-    w = (torch.randn(e, f, k, generator=gen) / k**0.5).to(facts.device, torch.bfloat16)
-    shape = {"T": t, "K": k, "N": f, "E": e}
-    case = Case(TOPIC, "grouped_gemm", shape, "bfloat16", "forward")
+    x = torch.randn(shape.tokens, shape.dim, generator=gen).to(facts.device, torch.bfloat16)
+    w = torch.randn(shape.experts, shape.ffn, shape.dim, generator=gen) / shape.dim**0.5
+    w = w.to(facts.device, torch.bfloat16)
+    case = Case(TOPIC, "grouped_gemm", shape.as_dict(), "bfloat16", "forward")
     full = functools.cache(lambda: grouped_linear_reference(x, w, counts, fmt=None))
     fp8_ref = functools.cache(lambda: grouped_linear_reference(x, w, counts, fmt=fmt))
     qx, qw = quantize_experts(x, w, fmt=fmt)
-    flops = 2.0 * t * k * f
+    flops = shape.flops
     label = f"fp64 FP8 reference loop over experts ({fmt} rowwise), counts={counts}"
     fp8_check = against(fp8_ref, reference=label, tolerance=TOLERANCES["bf16_out"])
     candidates = [

@@ -18,6 +18,7 @@ from kernel_lib.fp8.grouped import looped_scaled_mm, quantize_experts, scaled_gr
 from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, scaled_mm, scaled_mm_unsupported
 from kernel_lib.fp8.quantize import quantize
 from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
+from kernel_lib.fp8.shapes import GemmShape
 from kernel_lib.measure import error_line
 
 # relative_error = max |out - ref| / max |ref|. Against the fp64 product of the reference's own FP8
@@ -94,29 +95,27 @@ def _verdict(ok: bool) -> str:
 
 
 def scaled_mm_check(
-    shapes: list[tuple[int, int, int]],
+    shapes: list[GemmShape],
     *,
     granularities: list[str],
     fmt: str = "e4m3fn",
     device: str = "cpu",
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Per (M, K, N, granularity): relative error of torch._scaled_mm (fp32 out) with inverse
+    """Per (shape, granularity): relative error of torch._scaled_mm (fp32 out) with inverse
     scales against (1) the fp64 FP8 reference (and its max_abs_error and tolerance) and (2)
     fp64 of the unquantised inputs, and of a bf16 matmul against (2) for scale; PASS when (1)
     and (2) are within TOLERANCES; every case 'skipped' where `_scaled_mm` cannot run."""
     if reason := scaled_mm_unsupported(device):
         cases = [
-            {"M": m, "K": k, "N": n, "granularity": gran}
-            for m, k, n in shapes
-            for gran in granularities
+            shape.as_dict() | {"granularity": gran} for shape in shapes for gran in granularities
         ]
         return _skipped_cases(cases, reason)
     rows = []
-    for m, k, n in shapes:
+    for shape in shapes:
         gen = torch.Generator().manual_seed(seed)
-        a = torch.randn(m, k, generator=gen).to(device)
-        b = torch.randn(n, k, generator=gen).to(device)
+        a = torch.randn(shape.m, shape.k, generator=gen).to(device)
+        b = torch.randn(shape.n, shape.k, generator=gen).to(device)
         full = a.double() @ b.double().t()
         bf16 = a.bfloat16() @ b.bfloat16().t()
         for gran in granularities:
@@ -127,10 +126,8 @@ def scaled_mm_check(
             tolerance = out_tolerance(gran, torch.float32, device).value
             ok = e_ref <= tolerance and e_full <= TOLERANCES["vs_unquantised"].value
             rows.append(
-                {
-                    "M": m,
-                    "K": k,
-                    "N": n,
+                shape.as_dict()
+                | {
                     "granularity": gran,
                     "vs_fp8_reference": e_ref,
                     "vs_fp64": e_full,
@@ -232,31 +229,31 @@ def _errors_row(run, reference, full, tolerances) -> dict:
 
 
 def block_gemm_check(
-    shapes: list[tuple[int, int, int]],
+    shapes: list[GemmShape],
     *,
     recipes: list[str],
     fmt: str = "e4m3fn",
     device: str = "cpu",
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Per (M, K, N, recipe, implementation): relative error of `block_scaled_mm` (bf16 out) and
+    """Per (shape, recipe, implementation): relative error of `block_scaled_mm` (bf16 out) and
     its split-K twin (fp32 out) against the fp64 FP8 reference with the recipe's block scales
     and against fp64 of the unquantised inputs; 'skipped' with the reason where a path cannot
     run (a device without FP8 matrix units, or one that refuses the scale layout), 'failed'
     with the error where it raised anything else."""
     if reason := scaled_mm_unsupported(device):
         cases = [
-            {"M": m, "K": k, "N": n, "recipe": recipe, "implementation": name}
-            for m, k, n in shapes
+            shape.as_dict() | {"recipe": recipe, "implementation": name}
+            for shape in shapes
             for recipe in recipes
             for name in BLOCK_PATHS
         ]
         return _skipped_cases(cases, reason)
     rows = []
-    for m, k, n in shapes:
+    for shape in shapes:
         gen = torch.Generator().manual_seed(seed)
-        x = torch.randn(m, k, generator=gen).to(device)
-        w = torch.randn(n, k, generator=gen).to(device)
+        x = torch.randn(shape.m, shape.k, generator=gen).to(device)
+        w = torch.randn(shape.n, shape.k, generator=gen).to(device)
         full = x.double() @ w.double().t()
         for recipe in recipes:
             gran_x, gran_w = (g.value for g in recipe_granularities(recipe))
@@ -271,9 +268,7 @@ def block_gemm_check(
                     full,
                     block_tolerances(recipe, out_dtype, device),
                 )
-                rows.append(
-                    {"M": m, "K": k, "N": n, "recipe": recipe, "implementation": name} | row
-                )
+                rows.append(shape.as_dict() | {"recipe": recipe, "implementation": name} | row)
     return pd.DataFrame(rows)
 
 

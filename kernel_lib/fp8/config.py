@@ -18,6 +18,7 @@ from kernel_lib.fp8.formats import FORMATS
 from kernel_lib.fp8.linear import ALIGN, GRAD_DTYPES
 from kernel_lib.fp8.quantize import MX_FORMATS
 from kernel_lib.fp8.scaling import BLOCK, GRANULARITIES, RECIPES
+from kernel_lib.fp8.shapes import GemmShape, GroupedGemmShape
 from kernel_lib.fp8.training import TrainConfig
 
 _LISTS = (
@@ -41,10 +42,10 @@ def _any_of(names) -> str:
 
 
 def _check_bytes(n: int) -> int:
-    """One (n+5) x 2n x n GEMM check (checks.py): fp32 operands and their fp64, bf16 and fp8
-    copies; fp64 product, fp64 FP8 reference, fp32 and bf16 outputs."""
-    m, k = n + 5, 2 * n
-    return (m + n) * k * (4 + 8 + 2 + 1) + m * n * (8 + 8 + 4 + 2)
+    """One `GemmShape.ragged(n)` GEMM check (checks.py): fp32 operands and their fp64, bf16 and
+    fp8 copies; fp64 product, fp64 FP8 reference, fp32 and bf16 outputs."""
+    s = GemmShape.ragged(n)
+    return (s.m + s.n) * s.k * (4 + 8 + 2 + 1) + s.m * s.n * (8 + 8 + 4 + 2)
 
 
 _SIZES = f"a non-empty list of multiples of {ALIGN} > 0"
@@ -242,6 +243,13 @@ class Fp8BenchConfig:
             ("train_steps", "train_batch", "model_seq", "model_dim", "model_ffn", "model_layers"),
         ))  # fmt: skip
         return largest_needs(cases, "fp8_")
+
+    @property
+    def grouped_shape(self) -> GroupedGemmShape:
+        """The grouped GEMM's shape (fp8_grouped_tokens, _dim, _ffn, _experts)."""
+        return GroupedGemmShape(
+            self.grouped_tokens, self.grouped_dim, self.grouped_ffn, self.grouped_experts
+        )
 
     @property
     def seeds(self) -> list[int]:

@@ -13,6 +13,7 @@ from kernel_lib.fp8 import bench, bench_blocks, checks
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.inference import InferenceComparison
 from kernel_lib.fp8.linear import scaled_mm_unsupported
+from kernel_lib.fp8.shapes import GemmShape
 from kernel_lib.fp8.training import loss_checks
 from kernel_lib.measure import Case, check_table_records
 from kernel_lib.plan import Context, Plan, Section, Table
@@ -61,7 +62,7 @@ ERRORS = ("vs_fp8_reference", "vs_fp64")
 CHECK_TABLES = {
     "scaled_mm_check": CheckTable(
         lambda row: f"scaled_mm_{row['granularity']}",
-        ("M", "K", "N"),
+        GemmShape.KEYS,
         "vs_fp8_reference",
         GEMM,
         (*ERRORS, "bf16_vs_fp64"),
@@ -73,7 +74,7 @@ CHECK_TABLES = {
         "fp64 FP8 reference (and nn.Linear in fp32: output, input and weight gradients)",
         ("out_vs_fp8_reference", "out_vs_fp32", "grad_x_vs_fp32", "grad_w_vs_fp32"),
     ),
-    "block_gemm_check": CheckTable(_joined, ("M", "K", "N"), "vs_fp8_reference", GEMM, ERRORS),
+    "block_gemm_check": CheckTable(_joined, GemmShape.KEYS, "vs_fp8_reference", GEMM, ERRORS),
     "grouped_gemm_check": CheckTable(_joined, ("T", "E"), "vs_fp8_reference", GEMM, ERRORS),
 }
 
@@ -111,7 +112,7 @@ def recipe_errors(ctx: Context[Fp8BenchConfig]) -> Table:
 def scaled_mm_check(ctx: Context[Fp8BenchConfig]) -> Table:
     config = ctx.config
     table = checks.scaled_mm_check(
-        [(n + 5, 2 * n, n) for n in config.check_sizes],  # M odd, not a multiple of 16
+        [GemmShape.ragged(n) for n in config.check_sizes],
         granularities=MM_CHECK_GRANULARITIES,
         fmt=config.linear_format,
         device=ctx.facts.device,

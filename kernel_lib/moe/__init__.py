@@ -41,6 +41,7 @@ from kernel_lib.moe.routing import (
     route_topk,
 )  # fmt: skip
 from kernel_lib.moe.seed_style import SeedStyleMoE
+from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.moe.strategies import STRATEGIES, run_strategy
 
 __all__ = [
@@ -61,8 +62,8 @@ __all__ = [
     "dispatch_sorted_segments", "dispatch_packed_segments", "dispatch_padded",
     # layers and the old system's way
     "MoEConfig", "MoELayer", "MoEOutput", "LayerType", "SeedStyleMoE",
-    # the notebook's parameters
-    "MoEBenchConfig",
+    # the notebook's parameters and the problem size
+    "MoEBenchConfig", "MoEShape",
     # model presets and aux-loss-free balancing
     "MoEPreset", "PRESETS", "preset", "update_bias", "zipf_offsets",
 ]  # fmt: skip

@@ -30,19 +30,12 @@ from kernel_lib import records as rec
 from kernel_lib.checks import Unsupported
 from kernel_lib.config import parse_dtype
 from kernel_lib.measure import Candidate, Case, compare
-from kernel_lib.moe.capacity import expert_capacity
-from kernel_lib.moe.cases import (
-    MoECase,
-    make_case,
-    memory_needed,
-    reference,
-    reference_grads,
-    shape_of,
-)  # fmt: skip
+from kernel_lib.moe.cases import MoECase, make_case, memory_needed, reference, reference_grads
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.layers import MoEConfig, MoELayer, layer_reference
 from kernel_lib.moe.metrics import load_metrics
 from kernel_lib.moe.seed_style import SeedStyleMoE
+from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
 from kernel_lib.platform import DeviceFacts
@@ -87,13 +80,13 @@ def _grads(forward, weights: list[torch.Tensor], grad_out: torch.Tensor):
 def dense_candidate(case: MoECase, *, backward: bool = False) -> Candidate:
     """The dense GEMM pair with the case's executed FLOPs, in its dtype, checked against the
     same pair in fp64 on the same operands (output, or weight gradients when `backward`)."""
-    rows, e = case.executed_rows(), case.experts
+    rows, ff = case.executed_rows(), case.feedforward
     gen = torch.Generator().manual_seed(1)
-    a, grad_out = (torch.randn(rows, e.hidden, generator=gen).to(case.x) for _ in range(2))
-    w1, w2 = e.w_in[0].detach().clone(), e.w_out[0].detach().clone()
+    a, grad_out = (torch.randn(rows, ff.hidden, generator=gen).to(case.x) for _ in range(2))
+    w1, w2 = ff.w_in[0].detach().clone(), ff.w_out[0].detach().clone()
 
     def pair(a, w1, w2):
-        return (a @ w1)[:, : e.ffn] @ w2  # SwiGLU's w_in is 2F wide: same FLOPs as its experts
+        return (a @ w1)[:, : ff.ffn] @ w2  # SwiGLU's w_in is 2F wide: same FLOPs as its experts
 
     if backward:
         w1.requires_grad_(True)
@@ -108,7 +101,7 @@ def dense_candidate(case: MoECase, *, backward: bool = False) -> Candidate:
     check = checks.against(
         ref, reference="fp64 GEMM pair, same operands", tolerance=tolerance(quantity, case.dtype)
     )
-    flops = rows * e.flops_per_row() * (BACKWARD_FLOPS if backward else 1)
+    flops = rows * ff.flops_per_row() * (BACKWARD_FLOPS if backward else 1)
     return Candidate(DENSE, fn, check, flops=flops)
 
 
@@ -118,18 +111,21 @@ def strategy_candidate(
     """One strategy on one case: its forward output (eager or compiled) or its expert-weight
     gradients, checked against the fp64 loop over experts (`ref`: a shared cached reference)."""
     implementation = f"dispatch_{name}" + ("_compiled" if compiled else "")
-    reason = unavailable(name, case.x, case.experts, compiled=compiled, backward=backward)
+    reason = unavailable(name, case.x, case.feedforward, compiled=compiled, backward=backward)
     if reason:
         return _unsupported(implementation, reason)
-    experts = copy.deepcopy(case.experts).requires_grad_(True) if backward else case.experts
+    feedforward = case.feedforward
+    if backward:
+        feedforward = copy.deepcopy(feedforward).requires_grad_(True)
 
     def forward():
-        return run_strategy(name, case.x, case.routing, experts, capacity=case.capacity)
+        return run_strategy(name, case.x, case.routing, feedforward, capacity=case.shape.capacity)
 
     if compiled:
         # The loop's per-expert row counts are data: static shapes would recompile per count.
         forward = torch.compile(forward, dynamic=name == PLAIN)
-    fn = _grads(forward, [experts.w_in, experts.w_out], case.grad_out) if backward else forward
+    weights = [feedforward.w_in, feedforward.w_out]
+    fn = _grads(forward, weights, case.grad_out) if backward else forward
     if backward:
         check = checks.against(
             ref or functools.partial(reference_grads, case),
@@ -150,9 +146,9 @@ def seed_style_candidate(case: MoECase, *, capacity_factor: float = 1.25) -> Can
     """The old system's forward (fp32, training mode, graph recorded, random drops reseeded per
     call) on the case's x, gate and experts, checked against its fp64 twin with the same
     routing, drops and dropout masks. FLOPs count only the rows it ran; drops in metrics."""
-    kw = dict(top_k=case.routing.top_k or 1, capacity_factor=capacity_factor)
-    seed = SeedStyleMoE(case.gate, case.experts, **kw)
-    twin = SeedStyleMoE(case.gate, case.experts, **kw, dtype=torch.float64)
+    kw = dict(top_k=case.shape.top_k, capacity_factor=capacity_factor)
+    seed = SeedStyleMoE(case.gate, case.feedforward, **kw)
+    twin = SeedStyleMoE(case.gate, case.feedforward, **kw, dtype=torch.float64)
     x = case.x.float()
     with torch.no_grad():
         once = seed(x)
@@ -175,48 +171,22 @@ def seed_style_candidate(case: MoECase, *, capacity_factor: float = 1.25) -> Can
         "dropped": once.dropped,
         "reported_dropped": once.reported_dropped,
     }
-    flops = float((once.assignments - once.dropped) * case.experts.flops_per_row())
+    flops = float((once.assignments - once.dropped) * case.feedforward.flops_per_row())
     return Candidate(SEED, fn, check, flops=flops, dtype="float32", metrics=metrics)
 
 
-def _case_kwargs(cfg: MoEBenchConfig, facts: DeviceFacts, index: int = 0, **changes) -> dict:
-    """make_case arguments of throughput shape `index` at the first imbalance, then `changes`."""
-    tokens, hidden, ffn = cfg.shapes[index]
-    return {
-        "tokens": tokens, "hidden": hidden, "ffn": ffn, "experts": cfg.experts,
-        "top_k": cfg.top_k, "dtype": cfg.dtype, "activation": cfg.activation,
-        "imbalance": cfg.imbalance[0], "capacity_factor": None, "device": facts.device,
-        **changes,
-    }  # fmt: skip
-
-
-def _shape(kwargs: dict) -> dict:
-    cf, capacity = kwargs["capacity_factor"], None
-    if cf is not None:
-        assignments = kwargs["tokens"] * kwargs["top_k"]
-        capacity = expert_capacity(assignments, kwargs["experts"], capacity_factor=cf)
-    return shape_of(
-        kwargs["tokens"],
-        kwargs["hidden"],
-        kwargs["ffn"],
-        kwargs["experts"],
-        kwargs["top_k"],
-        imbalance=kwargs["imbalance"],
-        capacity=capacity,
+def _make_case(
+    cfg: MoEBenchConfig, facts: DeviceFacts, shape: MoEShape, dtype: str | None = None
+) -> MoECase:
+    """make_case of `shape` with moe_activation on this device, in `dtype` (None: moe_dtype)."""
+    return make_case(
+        shape, dtype=dtype or cfg.dtype, activation=cfg.activation, device=facts.device
     )
 
 
-def memory_reason(kwargs: dict, facts: DeviceFacts) -> str | None:
-    """Why a case of these make_case arguments does not fit this device's memory, or None."""
-    itemsize = parse_dtype(kwargs["dtype"]).itemsize
-    need = memory_needed(
-        kwargs["tokens"],
-        kwargs["hidden"],
-        kwargs["ffn"],
-        kwargs["experts"],
-        kwargs["top_k"],
-        itemsize,
-    )
+def memory_reason(shape: MoEShape, dtype: str, facts: DeviceFacts) -> str | None:
+    """Why a case of `shape` in `dtype` does not fit this device's memory, or None."""
+    need = memory_needed(shape, parse_dtype(dtype).itemsize)
     if facts.memory_bytes and need > facts.memory_bytes:
         return (
             f"needs about {need / 2**30:.1f} GiB (case, weights, fp64 reference), "
@@ -266,7 +236,7 @@ def chosen_headline(
 def compare_strategies(
     cfg: MoEBenchConfig,
     facts: DeviceFacts,
-    kwargs: dict,
+    shape: MoEShape,
     strategies,
     *,
     case_name: str,
@@ -274,22 +244,21 @@ def compare_strategies(
     compiled=(),
     progress: str | None = None,
 ) -> tuple[Case, list[rec.Record]]:
-    """Dense pair and every strategy (eager, then compiled) on the case of `kwargs`, in one
-    interleaved compare against `dense_gemm` (all skipped when the case does not fit): the
-    compare's case and its records."""
-    shape = _shape(kwargs)
+    """Dense pair and every strategy (eager, then compiled) on the case of `shape` in moe_dtype,
+    in one interleaved compare against `dense_gemm` (all skipped when the case does not fit):
+    the compare's case and its records."""
     names = [DENSE] + [f"dispatch_{s}" for s in strategies]
     names += [f"dispatch_{s}_compiled" for s in compiled]
-    reason = memory_reason(kwargs, facts)
+    reason = memory_reason(shape, cfg.dtype, facts)
     if reason:
         candidates = [_unsupported(n, reason) for n in names]
     else:
-        case = make_case(**kwargs)
+        case = _make_case(cfg, facts, shape)
         ref = functools.cache(functools.partial(reference_grads if backward else reference, case))
         candidates = [dense_candidate(case, backward=backward)]
         candidates += [strategy_candidate(s, case, backward=backward, ref=ref) for s in strategies]
         candidates += [strategy_candidate(s, case, compiled=True, ref=ref) for s in compiled]
-    measured = Case(TOPIC, case_name, shape, kwargs["dtype"], _mode(backward))
+    measured = Case(TOPIC, case_name, shape.as_dict(), cfg.dtype, _mode(backward))
     records = compare(
         measured,
         candidates,
@@ -299,7 +268,7 @@ def compare_strategies(
         warmup=WARMUP,
         progress=progress,
     )
-    return measured, _finish(records, kwargs["tokens"])
+    return measured, _finish(records, shape.tokens)
 
 
 def section_throughput(
@@ -312,11 +281,11 @@ def section_throughput(
     mode, out = _mode(backward), []
     compiled = () if backward else with_plain(cfg.compile)
     comparator = f"dispatch_{PLAIN}" + ("" if backward else "_compiled")
-    for index in range(len(cfg.shapes)):
+    for shape in cfg.shapes:
         case, records = compare_strategies(
             cfg,
             facts,
-            _case_kwargs(cfg, facts, index),
+            shape,
             with_plain(cfg.strategies),
             case_name=mode,
             backward=backward,
@@ -340,18 +309,18 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
     `seed_same_dtype` (ours in fp32) or `seed_config` (ours in moe_dtype against the seed's
     fp32 training-mode forward). The headline: the dispatch chosen here (`chosen_headline`)."""
     dtype, key = SEED_CASES[case_name]
-    kwargs = _case_kwargs(cfg, facts, dtype=dtype or cfg.dtype)
+    dtype, shape = dtype or cfg.dtype, cfg.shapes[0]  # None: moe_dtype
     strategies = with_plain(cfg.strategies)
     names = [f"dispatch_{s}" for s in strategies] + [SEED]
-    reason = memory_reason({**kwargs, "dtype": "float32"}, facts)
+    reason = memory_reason(shape, "float32", facts)  # the seed's dtype
     if reason:
         candidates = [_unsupported(n, reason) for n in names]
     else:
-        case = make_case(**kwargs)
+        case = _make_case(cfg, facts, shape, dtype)
         ref = functools.cache(functools.partial(reference, case))
         candidates = [strategy_candidate(s, case, ref=ref) for s in strategies]
         candidates.append(seed_style_candidate(case))
-    measured = Case(TOPIC, case_name, _shape(kwargs), kwargs["dtype"], "forward")
+    measured = Case(TOPIC, case_name, shape.as_dict(), dtype, "forward")
     records = compare(
         measured,
         candidates,
@@ -360,7 +329,7 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
         min_time_s=cfg.min_time_s,
         warmup=WARMUP,
     )
-    records = _finish(records, kwargs["tokens"], peak=False)
+    records = _finish(records, shape.tokens, peak=False)
     comparator = f"dispatch_{PLAIN}"
     return chosen_headline(records, measured, facts, comparator=comparator, key=key)
 
@@ -368,26 +337,26 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
 def section_capacity(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
     """Capacity-factor mode (priority drops) at the first shape: case `forward_capacity`,
     with the routing's load and drop figures in every record's metrics."""
-    kwargs = _case_kwargs(cfg, facts, capacity_factor=cfg.capacity_factor)
+    shape = cfg.shapes[0].with_capacity_factor(cfg.capacity_factor)
     _, records = compare_strategies(
-        cfg, facts, kwargs, cfg.strategies, case_name="forward_capacity"
+        cfg, facts, shape, cfg.strategies, case_name="forward_capacity"
     )
-    if memory_reason(kwargs, facts):
+    if memory_reason(shape, cfg.dtype, facts):
         return records
-    load = load_metrics(make_case(**kwargs).routing)
+    load = load_metrics(_make_case(cfg, facts, shape).routing)
     return [dataclasses.replace(r, metrics={**r.metrics, **load}) for r in records]
 
 
 def _layer_candidate(layer_type: str, case: MoECase, strategy: str) -> Candidate:
     """One layer preset (router, capacity, dispatch) at the case's sizes, eval, no grad; its
     output checked against the fp64 twin on its own routing. FLOPs: kept expert rows only."""
-    e = case.experts
+    shape = case.shape
     cfg = MoEConfig.for_layer_type(
         layer_type,
-        hidden=e.hidden,
-        ffn=e.ffn,
-        num_experts=e.num_experts,
-        top_k=case.routing.top_k or 1,
+        hidden=shape.hidden,
+        ffn=shape.ffn,
+        num_experts=shape.experts,
+        top_k=shape.top_k,
         strategy=strategy,
     )
     torch.manual_seed(0)
@@ -411,23 +380,23 @@ def section_layers(
 ) -> list[rec.Record]:
     """Forward of each layer type's preset at the first shape, in one compare against the
     `standard` layer when it is timed (shape: the requested K; metrics.K: the preset's)."""
-    kwargs = _case_kwargs(cfg, facts)
-    reason = memory_reason(kwargs, facts)
+    shape = cfg.shapes[0]
+    reason = memory_reason(shape, cfg.dtype, facts)
     if reason:
         candidates = [_unsupported(t, reason) for t in cfg.layer_types]
     else:
-        case = make_case(**kwargs)
+        case = _make_case(cfg, facts, shape)
         candidates = [_layer_candidate(t, case, strategy) for t in cfg.layer_types]
     baseline = LAYER_BASELINE if LAYER_BASELINE in cfg.layer_types else None
     records = compare(
-        Case(TOPIC, "layer_forward", _shape(kwargs), cfg.dtype, "forward"),
+        Case(TOPIC, "layer_forward", shape.as_dict(), cfg.dtype, "forward"),
         candidates,
         facts=facts,
         baseline=baseline,
         min_time_s=cfg.min_time_s,
         warmup=WARMUP,
     )
-    return _finish(records, kwargs["tokens"], peak=False)
+    return _finish(records, shape.tokens, peak=False)
 
 
 def sweep_values(axis: str, cfg: MoEBenchConfig) -> tuple:
@@ -445,14 +414,15 @@ def section_sweep(
     """One declared sweep (case `sweep_<axis>`, the swept value in its shape: T, E, K or imbalance): forward of the
     sweep strategies and the dense pair at each point; tokens at full size, the other axes at
     moe_sweep_base_tokens."""
-    tokens = {} if axis == "tokens" else {"tokens": cfg.sweep_base_tokens}
+    base = cfg.shapes[0]
+    if axis != "tokens":
+        base = dataclasses.replace(base, tokens=cfg.sweep_base_tokens)
     out = []
     for value in tqdm(sweep_values(axis, cfg), disable=not progress, desc=f"moe sweep {axis}"):
-        kwargs = _case_kwargs(cfg, facts, **tokens, **{axis: value})
         out += compare_strategies(
             cfg,
             facts,
-            kwargs,
+            dataclasses.replace(base, **{axis: value}),
             cfg.sweep_strategies,
             case_name=f"sweep_{axis}",
         )[1]
@@ -461,7 +431,8 @@ def section_sweep(
 
 def load_text(cfg: MoEBenchConfig) -> str:
     """What the load histograms count: the routing of the first shape's tokens (plot titles)."""
-    return f"T={cfg.shapes[0][0]},E={cfg.experts},K={cfg.top_k}"
+    shape = cfg.shapes[0]
+    return f"T={shape.tokens},E={shape.experts},K={shape.top_k}"
 
 
 def balance_text(cfg: MoEBenchConfig) -> str:
@@ -477,7 +448,8 @@ def load_rows(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[dict]:
     """Tokens per expert at each imbalance (one row per expert), for the load histograms."""
     rows = []
     for imbalance in cfg.imbalance:
-        routing = make_case(**_case_kwargs(cfg, facts, imbalance=imbalance)).routing
+        shape = dataclasses.replace(cfg.shapes[0], imbalance=imbalance)
+        routing = _make_case(cfg, facts, shape).routing
         metrics = load_metrics(routing)
         rows += [
             {"imbalance": imbalance, "expert": e, "tokens": n, "cv": round(metrics["cv"], 3)}

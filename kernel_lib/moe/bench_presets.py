@@ -30,9 +30,10 @@ from kernel_lib.moe.bench import (
     strategy_candidate,
     with_plain,
 )  # fmt: skip
-from kernel_lib.moe.cases import make_case, reference, shape_of
+from kernel_lib.moe.cases import make_case, reference
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.presets import MoEPreset, preset, router_logits
+from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.platform import DeviceFacts
 
 # gpt-oss's w_in is scaled by this in its case: pre-activations ~N(0, 16), about 8% of them past
@@ -40,22 +41,20 @@ from kernel_lib.platform import DeviceFacts
 CLAMP_REACH = 4.0
 
 
-def preset_kwargs(cfg: MoEBenchConfig, facts: DeviceFacts, model: MoEPreset) -> dict:
-    """make_case arguments of a preset case at moe_preset_tokens."""
-    return {
-        "tokens": cfg.preset_tokens, "hidden": model.hidden, "ffn": model.ffn,
-        "experts": model.num_experts, "top_k": model.top_k, "dtype": cfg.dtype,
-        "activation": model.activation, "device": facts.device,
-    }  # fmt: skip
+def preset_shape(cfg: MoEBenchConfig, model: MoEPreset) -> MoEShape:
+    """A preset case's shape: moe_preset_tokens and the preset's D, F, E, K (dropless; its
+    routing, not `imbalance`, sets the load)."""
+    return MoEShape(cfg.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k)
 
 
 def preset_case(cfg: MoEBenchConfig, facts: DeviceFacts, model: MoEPreset):
     """make_case's seeded inputs with the routing replaced by `model`'s own: logits x @ gate
     (+ a seeded N(0, 1) gate bias for biased gates) + Zipf offsets, no selection bias; a
     clamped SwiGLU's w_in times CLAMP_REACH."""
-    case = make_case(**preset_kwargs(cfg, facts, model))
+    shape = preset_shape(cfg, model)
+    case = make_case(shape, dtype=cfg.dtype, activation=model.activation, device=facts.device)
     if model.activation == "swiglu_clamped":
-        case.experts.w_in.data.mul_(CLAMP_REACH)
+        case.feedforward.w_in.data.mul_(CLAMP_REACH)
     gen = torch.Generator().manual_seed(1)
     gate_bias = torch.randn(model.num_experts, generator=gen) if model.router_bias else None
     skew = zipf_offsets(model.num_experts, cfg.preset_zipf)
@@ -63,11 +62,10 @@ def preset_case(cfg: MoEBenchConfig, facts: DeviceFacts, model: MoEPreset):
     return dataclasses.replace(case, routing=model.route(logits.to(case.x.device)))
 
 
-def preset_shape(cfg: MoEBenchConfig, model: MoEPreset) -> dict:
-    """The record shape of a preset case (numbers only): T, D, F, E, K and what sets its
+def preset_record_shape(cfg: MoEBenchConfig, model: MoEPreset) -> dict:
+    """The record shape of a preset case (numbers only): its MoEShape's and what sets its
     routing's load: size factor, Zipf exponent, groups, groups used, shared experts."""
-    return {
-        **shape_of(cfg.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k),
+    return preset_shape(cfg, model).as_dict() | {
         "size_factor": model.size_factor, "zipf": cfg.preset_zipf,
         "groups": model.num_groups, "top_groups": model.top_groups,
         "shared_experts": model.shared_experts,
@@ -87,10 +85,10 @@ def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]
     out, strategies = [], with_plain(cfg.strategies)
     for name in cfg.presets:
         model = preset(name).scaled(cfg.preset_scale)
-        kwargs = preset_kwargs(cfg, facts, model)
         names = [DENSE] + [f"dispatch_{s}" for s in strategies]
-        what = Case(TOPIC, f"preset_{name}", preset_shape(cfg, model), cfg.dtype, "forward")
-        reason = memory_reason(kwargs, facts)
+        record_shape = preset_record_shape(cfg, model)
+        what = Case(TOPIC, f"preset_{name}", record_shape, cfg.dtype, "forward")
+        reason = memory_reason(preset_shape(cfg, model), cfg.dtype, facts)
         if reason:
             ident = {"facts": facts, "dtype": what.dtype, "shape": what.shape, "mode": what.mode}
             candidates = [rec.skipped(TOPIC, what.case, n, reason, **ident) for n in names]

@@ -6,6 +6,7 @@ Legend: T tokens, D model, F ffn, E experts, K top-k, A kept assignments.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 
 import pandas as pd
@@ -15,10 +16,11 @@ from torch import Tensor
 from kernel_lib import checks
 from kernel_lib.checks import Unsupported
 from kernel_lib.config import dtype_name, parse_dtype
-from kernel_lib.moe.capacity import apply_capacity, expert_capacity
+from kernel_lib.moe.capacity import apply_capacity
 from kernel_lib.moe.dispatch import dispatch_loop
 from kernel_lib.moe.experts import FeedForwardExperts, replayed_activation
-from kernel_lib.moe.routing import Routing, check_top_k, route_topk
+from kernel_lib.moe.routing import Routing, route_topk
+from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
 
@@ -27,33 +29,20 @@ REFERENCE = "fp64 loop"  # what check_table compares each strategy with
 
 @dataclass(frozen=True)
 class MoECase:
-    """One benchmark input: x (T, D), a (D, E) gate, routing from x @ gate, FFN experts, and
-    the fixed upstream gradient (T, D) of the forward + backward cases."""
+    """One benchmark input of `shape`: x (T, D), a (D, E) gate, routing from x @ gate, the FFN
+    experts (`feedforward`), and the fixed upstream gradient (T, D) of the forward + backward
+    cases."""
 
+    shape: MoEShape
     x: Tensor
     gate: Tensor
     routing: Routing
-    experts: FeedForwardExperts
-    capacity: int | None  # None: dropless
-    imbalance: float
+    feedforward: FeedForwardExperts
     grad_out: Tensor
 
     @property
     def dtype(self) -> str:
         return dtype_name(self.x.dtype)
-
-    @property
-    def shape(self) -> dict:
-        e = self.experts
-        return shape_of(
-            self.x.shape[0],
-            e.hidden,
-            e.ffn,
-            e.num_experts,
-            self.routing.top_k or 0,
-            imbalance=self.imbalance,
-            capacity=self.capacity,
-        )
 
     def executed_rows(self) -> int:
         """Kept assignments: the rows whose expert FLOPs count (host sync)."""
@@ -61,70 +50,47 @@ class MoECase:
 
     def flops(self) -> float:
         """Forward expert FLOPs of the kept assignments (padding and dropped rows excluded)."""
-        return float(self.executed_rows() * self.experts.flops_per_row())
+        return float(self.executed_rows() * self.feedforward.flops_per_row())
 
     def run(self, strategy: str) -> Tensor:
-        """Strategy `strategy` on this case (the padded one at the case's capacity)."""
-        return run_strategy(strategy, self.x, self.routing, self.experts, capacity=self.capacity)
-
-
-def shape_of(tokens, hidden, ffn, experts, top_k, *, imbalance=0.0, capacity=None) -> dict:
-    """A case's record shape: T, D, F, E, K, imbalance and capacity (None: dropless)."""
-    return {
-        "T": tokens,
-        "D": hidden,
-        "F": ffn,
-        "E": experts,
-        "K": top_k,
-        "imbalance": imbalance,
-        "capacity": capacity,
-    }
+        """Strategy `strategy` on this case (the padded one at the shape's capacity)."""
+        return run_strategy(
+            strategy, self.x, self.routing, self.feedforward, capacity=self.shape.capacity
+        )
 
 
 def make_case(
-    tokens: int,
-    hidden: int,
-    ffn: int,
-    experts: int,
-    top_k: int,
+    shape: MoEShape,
     *,
     dtype: str = "bfloat16",
-    imbalance: float = 0.0,
-    capacity_factor: float | None = None,
     activation: str = "relu",
     seed: int = 0,
     device: str = "cpu",
 ) -> MoECase:
-    """Seeded inputs; routing is top-k softmax of x @ gate with expert e's logit lowered by
-    imbalance * e (0: balanced on average). capacity_factor None: dropless."""
-    for name, value in (("hidden", hidden), ("ffn", ffn), ("experts", experts)):
-        if value < 1:
-            raise ValueError(f"{name}={value} must be >= 1")
-    if tokens < 0:
-        raise ValueError(f"tokens={tokens} must be >= 0")
-    check_top_k(top_k, experts)
+    """Seeded inputs of `shape`; routing is top-k softmax of x @ gate with expert e's logit
+    lowered by imbalance * e (0: balanced on average), then cut to the shape's capacity."""
     torch_dtype = parse_dtype(dtype)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    ffn_experts = FeedForwardExperts(experts, hidden, ffn, activation=activation)
-    ffn_experts = ffn_experts.to(device=device, dtype=torch_dtype).requires_grad_(False)
-    x = torch.randn(tokens, hidden, generator=gen).to(device=device, dtype=torch_dtype)
-    grad_out = torch.randn(tokens, hidden, generator=gen).to(device=device, dtype=torch_dtype)
-    gate = (torch.randn(hidden, experts, generator=gen) / hidden**0.5).to(device)
-    skew = imbalance * torch.arange(experts, device=device, dtype=torch.float32)
-    routing = route_topk(x.float() @ gate - skew, top_k=top_k)
-    capacity = None
-    if capacity_factor is not None:
-        capacity = expert_capacity(tokens * top_k, experts, capacity_factor=capacity_factor)
-        routing = apply_capacity(routing, capacity)
-    return MoECase(x, gate, routing, ffn_experts, capacity, imbalance, grad_out)
+    t, d, e = shape.tokens, shape.hidden, shape.experts
+    feedforward = FeedForwardExperts(e, d, shape.ffn, activation=activation)
+    feedforward = feedforward.to(device=device, dtype=torch_dtype).requires_grad_(False)
+    x = torch.randn(t, d, generator=gen).to(device=device, dtype=torch_dtype)
+    grad_out = torch.randn(t, d, generator=gen).to(device=device, dtype=torch_dtype)
+    gate = (torch.randn(d, e, generator=gen) / d**0.5).to(device)
+    skew = shape.imbalance * torch.arange(e, device=device, dtype=torch.float32)
+    routing = route_topk(x.float() @ gate - skew, top_k=shape.top_k)
+    if shape.capacity is not None:
+        routing = apply_capacity(routing, shape.capacity)
+    return MoECase(shape, x, gate, routing, feedforward, grad_out)
 
 
-def memory_needed(tokens: int, hidden: int, ffn: int, experts: int, top_k: int, itemsize: int):
+def memory_needed(shape: MoEShape, itemsize: int) -> int:
     """Estimated peak bytes of one case: x, weights and their gradients, the (A, D + 2F)
     intermediates, in the case's dtype and again in the fp64 reference (SwiGLU counted wide)."""
-    rows = tokens * top_k
-    elements = 3 * tokens * hidden + 2 * 2 * experts * hidden * 2 * ffn + rows * (hidden + 4 * ffn)
+    t, d, f, e = shape.tokens, shape.hidden, shape.ffn, shape.experts
+    rows = t * shape.top_k
+    elements = 3 * t * d + 2 * 2 * e * d * 2 * f + rows * (d + 4 * f)
     return elements * (itemsize + 8)
 
 
@@ -136,7 +102,7 @@ def fp64_experts(experts: FeedForwardExperts, *, trainable: bool = False) -> Fee
 def reference(case: MoECase) -> Tensor:
     """fp64 loop over experts: the oracle every strategy's forward is compared with."""
     with torch.no_grad():
-        return dispatch_loop(case.x.double(), case.routing, fp64_experts(case.experts))
+        return dispatch_loop(case.x.double(), case.routing, fp64_experts(case.feedforward))
 
 
 class _ReplayedKinks:
@@ -149,7 +115,7 @@ class _ReplayedKinks:
 
     def forward_expert(self, e: int, x: Tensor, token_idx: Tensor) -> Tensor:
         with torch.no_grad():
-            h_case = self.case.x[token_idx] @ self.case.experts.w_in[e]
+            h_case = self.case.x[token_idx] @ self.case.feedforward.w_in[e]
         h = replayed_activation(
             x[token_idx] @ self.experts.w_in[e], h_case, self.experts.activation
         )
@@ -159,7 +125,7 @@ class _ReplayedKinks:
 def reference_grads(case: MoECase) -> tuple[Tensor, Tensor]:
     """fp64 (dL/dw_in, dL/dw_out) of L = <y, grad_out>, y the fp64 loop over experts with the
     case's activation kinks (_ReplayedKinks)."""
-    experts = fp64_experts(case.experts, trainable=True)
+    experts = fp64_experts(case.feedforward, trainable=True)
     with torch.enable_grad():
         y = dispatch_loop(case.x.double(), case.routing, _ReplayedKinks(case, experts))
         return torch.autograd.grad(y, [experts.w_in, experts.w_out], case.grad_out.double())
@@ -173,7 +139,7 @@ def check_table(case: MoECase, strategies) -> pd.DataFrame:
     check = checks.against(lambda: reference(case), reference=REFERENCE, tolerance=tol)
     rows = []
     for name in strategies:
-        reason = unavailable(name, case.x, case.experts)
+        reason = unavailable(name, case.x, case.feedforward)
         try:
             got = None if reason else check(case.run(name))
         except Unsupported as why:  # found out only when run (padded_max_autotune: no rows)
@@ -195,12 +161,11 @@ def check_table(case: MoECase, strategies) -> pd.DataFrame:
 def edge_cases(dtype: str, *, device: str = "cpu") -> dict[str, MoECase]:
     """The edge cases every strategy is checked on: no tokens, every token to one expert,
     capacity mode with priority drops, the benchmark dtype, odd widths grouped GEMMs refuse."""
+    fp32 = functools.partial(make_case, dtype="float32", device=device)
     return {
-        "zero_tokens": make_case(0, 64, 96, 4, 2, dtype="float32", device=device),
-        "all_to_one": make_case(64, 64, 96, 4, 1, dtype="float32", imbalance=100.0, device=device),
-        "capacity_1.0": make_case(
-            131, 64, 96, 4, 2, dtype="float32", capacity_factor=1.0, device=device
-        ),
-        dtype: make_case(131, 64, 96, 5, 2, dtype=dtype, device=device),
-        "odd_widths": make_case(37, 7, 13, 3, 2, dtype="float32", device=device),
+        "zero_tokens": fp32(MoEShape(0, 64, 96, 4, 2)),
+        "all_to_one": fp32(MoEShape(64, 64, 96, 4, 1, imbalance=100.0)),
+        "capacity_1.0": fp32(MoEShape(131, 64, 96, 4, 2).with_capacity_factor(1.0)),
+        dtype: make_case(MoEShape(131, 64, 96, 5, 2), dtype=dtype, device=device),
+        "odd_widths": fp32(MoEShape(37, 7, 13, 3, 2)),
     }

@@ -4,7 +4,7 @@ and parameters/*.yaml). Legend: T tokens, D model, F ffn, E experts, K top-k."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 
 from kernel_lib.config import (
@@ -23,6 +23,7 @@ from kernel_lib.moe.cases import memory_needed
 from kernel_lib.moe.experts import ACTIVATIONS
 from kernel_lib.moe.layers import LayerType
 from kernel_lib.moe.presets import PRESETS
+from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.moe.strategies import STRATEGIES
 
 LAYER_TYPES = tuple(t.value for t in LayerType)
@@ -197,45 +198,52 @@ class MoEBenchConfig:
         routed intermediates, all again in fp64 for the reference)."""
 
         item = parse_dtype(self.dtype).itemsize
-        (t0, d0, f0), e, k, base = self.shapes[0], self.experts, self.top_k, self.sweep_base_tokens
+        first = self.shapes[0]
         shape = ("hidden", "ffn", "dtype")  # set every case's size (the sweeps use the first D, F)
         cases = [  # (bytes, the parameters that set them): the throughput shapes at (E, K)
-            (memory_needed(t, d, f, e, k, item), ("tokens", "experts", "top_k", *shape))
-            for t, d, f in self.shapes
+            (memory_needed(s, item), ("tokens", "experts", "top_k", *shape)) for s in self.shapes
         ]
         cases.append(  # the seed-style comparison: the first shape in float32
-            (memory_needed(t0, d0, f0, e, k, 4), ("tokens", "hidden", "ffn", "experts", "top_k"))
+            (memory_needed(first, 4), ("tokens", "hidden", "ffn", "experts", "top_k"))
         )
         if "padded" in self.strategies:  # capacity mode: E x C padded rows of D, F, F and D
-            rows = e * math.ceil(Fraction(self.capacity_factor) * t0 * k / e)  # exact: no float
-            need = memory_needed(t0, d0, f0, e, k, item) + rows * 2 * (d0 + f0) * item
+            t, e, k = first.tokens, first.experts, first.top_k
+            rows = e * math.ceil(Fraction(self.capacity_factor) * t * k / e)  # exact: no float
+            need = memory_needed(first, item) + rows * 2 * (first.hidden + first.ffn) * item
             cases.append((need, ("capacity_factor", "tokens", "experts", "top_k", *shape)))
+        sweep_tokens = ("sweep_tokens", "experts", "top_k", *shape)
         cases += [
-            (memory_needed(t, d0, f0, e, k, item), ("sweep_tokens", "experts", "top_k", *shape))
+            (memory_needed(replace(first, tokens=t), item), sweep_tokens)
             for t in self.sweep_tokens
         ]
+        base = replace(first, tokens=self.sweep_base_tokens)
         at_base = ("sweep_base_tokens", *shape)  # experts, top-k and imbalance sweeps
         cases += [
-            (memory_needed(base, d0, f0, n, k, item), ("sweep_experts", "top_k", *at_base))
+            (memory_needed(replace(base, experts=n), item), ("sweep_experts", "top_k", *at_base))
             for n in self.sweep_experts
         ]
         cases += [
-            (memory_needed(base, d0, f0, e, n, item), ("sweep_top_k", "experts", *at_base))
+            (memory_needed(replace(base, top_k=n), item), ("sweep_top_k", "experts", *at_base))
             for n in self.sweep_top_k
         ]
-        cases.append((memory_needed(base, d0, f0, e, k, item), ("experts", "top_k", *at_base)))
+        cases.append((memory_needed(base, item), ("experts", "top_k", *at_base)))
         for name in self.presets:  # the preset cases, at their scaled D and F
             model = PRESETS[name].scaled(self.preset_scale)
-            need = memory_needed(
-                self.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k, item
+            at = MoEShape(
+                self.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k
             )
-            cases.append((need, ("presets", "preset_scale", "preset_tokens", "dtype")))
+            cases.append(
+                (memory_needed(at, item), ("presets", "preset_scale", "preset_tokens", "dtype"))
+            )
         return largest_needs(cases, "moe_")
 
     @property
-    def shapes(self) -> list[tuple[int, int, int]]:
-        """(T, D, F) of each throughput shape."""
-        return list(zip(self.tokens, self.hidden, self.ffn))
+    def shapes(self) -> list[MoEShape]:
+        """The throughput shapes: each (T, D, F) at E, K and the first imbalance, dropless."""
+        return [
+            MoEShape(t, d, f, self.experts, self.top_k, imbalance=self.imbalance[0])
+            for t, d, f in zip(self.tokens, self.hidden, self.ffn)
+        ]
 
 
 def _positive_ints(values, param: str) -> None:

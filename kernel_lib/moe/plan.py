@@ -16,6 +16,7 @@ from kernel_lib.moe.bench_presets import section_presets
 from kernel_lib.moe.cases import REFERENCE, MoECase, check_table, edge_cases, make_case
 from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
 from kernel_lib.moe.presets import preset
+from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.plan import Context, Plan, Section, Table
 from kernel_lib.platform import DeviceFacts, device_facts
 
@@ -36,7 +37,7 @@ def _strategy_records(
 ) -> Records:
     return check_table_records(
         table,
-        Case(TOPIC, name, case.shape, case.dtype, "forward"),
+        Case(TOPIC, name, case.shape.as_dict(), case.dtype, "forward"),
         facts=facts,
         implementation=lambda row: f"dispatch_{row['strategy']}",
         reference=REFERENCE,
@@ -45,10 +46,8 @@ def _strategy_records(
 
 def strategy_check(ctx: Context[MoEBenchConfig]) -> Table:
     """Every strategy on one seeded case: odd token count, skewed routing, SwiGLU, fp32."""
-    case = make_case(
-        131, 64, 96, 5, 2, dtype="float32", imbalance=0.5, activation="swiglu",
-        device=ctx.facts.device,
-    )  # fmt: skip
+    shape = MoEShape(131, 64, 96, 5, 2, imbalance=0.5)
+    case = make_case(shape, dtype="float32", activation="swiglu", device=ctx.facts.device)
     table = check_table(case, ctx.config.strategies)
     return Table(table, _strategy_records(table, case, "strategy_check", ctx.facts))
 

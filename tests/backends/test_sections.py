@@ -5,21 +5,16 @@ import nbformat
 import pytest
 
 from kernel_lib.backends import roofline, sections
-from kernel_lib.backends.config import BackendConfig
 from kernel_lib.backends.target import CPU_MATRIX_FLAGS, cpu_facts
 from kernel_lib.headlines import headline
 from kernel_lib.platform import DeviceFacts
 
-from .conftest import TINY
-
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("backend_*.ipynb"))
 
 
-def test_setup_gives_the_target_and_the_validated_config(monkeypatch, cpu_target):
-    monkeypatch.setattr(sections, "find_target", lambda backend: cpu_target)  # also in XLA venv
-    target, cfg = sections.setup("cpu", {**TINY, "In": [], "Out": {}})
-    assert target.present and cfg == BackendConfig.from_params(TINY)
-    assert sections.measuring(target).startswith(f"measuring {target.facts.name} (")
+def test_measuring_names_the_device_or_why_nothing(cpu_target, absent):
+    assert sections.measuring(cpu_target).startswith(f"measuring {cpu_target.facts.name} (")
+    assert sections.measuring(absent("xpu")) == f"measuring nothing: {absent('xpu').reason}"
 
 
 def test_cpu_facts_name_the_model_and_every_matrix_flag(cpu_target):
@@ -65,32 +60,31 @@ def test_error_table_has_the_digits(cpu_target, tiny):
     assert {"rel_error", "tolerance", "reference"} <= set(errors.columns)
 
 
-def test_headlines_are_declared_not_picked(cpu_target, tiny):
+def test_headlines_are_declared_not_picked_each_by_its_section(cpu_target, tiny):
     cfg = dataclasses.replace(tiny, gemm_sizes=(16, 32), compile_mlp=True)
-    summary = sections.summary(cfg, sections.roof(cpu_target, cfg), sections.mlp(cpu_target, cfg))
-    declared = {r.headline: r for r in summary.records if r.headline}
-    assert set(declared) == {sections.COMPILED_MLP, sections.BF16_GEMM}
+    roof, mlp = sections.roof(cpu_target, cfg), sections.mlp(cpu_target, cfg)
+    assert [r.headline for r in roof.records if r.headline] == [sections.BF16_GEMM]
+    assert [r.headline for r in mlp.records if r.headline] == [sections.COMPILED_MLP]
+    records = roof.records + mlp.records
+    declared = {r.headline: r for r in records if r.headline}
     gemm = declared[sections.BF16_GEMM]
     assert (gemm.dtype, gemm.shape["N"], gemm.baseline) == ("bfloat16", 32, "torch_mm (float32)")
     assert declared[sections.COMPILED_MLP].baseline == "eager"
-    assert [line.split(":")[0] for line in sections.headline_lines(summary)] == [
+    assert [line.split(":")[0] for line in sections.headline_lines(records)] == [
         headline(sections.BF16_GEMM).title,
         headline(sections.COMPILED_MLP).title,
     ]
 
 
 def test_a_skipped_headline_is_still_declared_with_its_reason(cpu_target, tiny):
-    summary = sections.summary(tiny, sections.mlp(cpu_target, tiny))
-    assert sections.headline_lines(summary) == [
+    assert sections.headline_lines(sections.mlp(cpu_target, tiny).records) == [
         f"{headline(sections.COMPILED_MLP).title}: skipped: compile_mlp=False"
     ]
 
 
 def test_no_gemm_headline_without_fp32_to_compare_with(cpu_target, tiny):
     cfg = dataclasses.replace(tiny, gemm_dtypes=("bfloat16",))
-    assert not any(
-        r.headline for r in sections.summary(cfg, sections.roof(cpu_target, cfg)).records
-    )
+    assert not any(r.headline for r in sections.roof(cpu_target, cfg).records)
 
 
 def _code_cells(path):

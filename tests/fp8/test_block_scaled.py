@@ -17,6 +17,7 @@ from kernel_lib.fp8.block_scaled import (
 from kernel_lib.fp8.checks import TOLERANCES, block_gemm_check
 from kernel_lib.fp8.quantize import quantize
 from kernel_lib.fp8.reference import fp8_linear_reference
+from kernel_lib.fp8.shapes import GemmShape
 
 RECIPES = ["blockwise", "mxfp8"]
 
@@ -101,7 +102,7 @@ def test_blocked_scales_follow_the_cublas_tile_layout():
 
 
 def test_block_check_passes_and_skips_the_native_path_on_cpu():
-    table = block_gemm_check([(37, 256, 144)], recipes=RECIPES)
+    table = block_gemm_check([GemmShape(37, 256, 144)], recipes=RECIPES)
     split = table[table["implementation"] == "split_k_scaled_mm"]
     native = table[table["implementation"] == "block_scaled_mm"]
     assert (split["check"] == "PASS").all(), table.to_string()
@@ -115,7 +116,7 @@ def test_a_wrong_weight_scale_layout_fails_the_check(monkeypatch, recipe):
     # teeth: the scale of the next K block (a transposed or misread layout) for W
     real = block_scaled._columns
     monkeypatch.setattr(block_scaled, "_columns", lambda b, j, n: real(b, (j + 1) % 2, n))
-    table = block_gemm_check([(21, 256, 144)], recipes=[recipe])
+    table = block_gemm_check([GemmShape(21, 256, 144)], recipes=[recipe])
     assert (table[table["implementation"] == "split_k_scaled_mm"]["check"] == "FAIL").all()
 
 
@@ -124,7 +125,7 @@ def test_a_wrong_block_size_fails_the_check(monkeypatch, recipe, width):
     # teeth: the quantiser and GEMM agree on a K block the recipe does not define
     gran = recipe_granularities(recipe)[0]
     monkeypatch.setitem(scaling.BLOCK_SHAPES, gran, (1, width))
-    table = block_gemm_check([(21, 256, 32)], recipes=[recipe])
+    table = block_gemm_check([GemmShape(21, 256, 32)], recipes=[recipe])
     assert (table[table["implementation"] == "split_k_scaled_mm"]["check"] == "FAIL").all()
 
 
@@ -133,7 +134,7 @@ def test_a_path_that_raises_costs_only_its_own_row(monkeypatch):
         raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED\nsecond line")
 
     monkeypatch.setitem(checks.BLOCK_PATHS, "split_k_scaled_mm", (broken, torch.float32))
-    table = block_gemm_check([(37, 256, 144)], recipes=RECIPES)
+    table = block_gemm_check([GemmShape(37, 256, 144)], recipes=RECIPES)
     split = table[table["implementation"] == "split_k_scaled_mm"]
     assert (split["check"] == "failed").all(), table.to_string()
     assert (split["reason"] == "RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED").all()

@@ -4,12 +4,15 @@ import torch
 from kernel_lib.fp8 import checks, linear
 from kernel_lib.fp8.checks import linear_check, scaled_mm_check
 from kernel_lib.fp8.quantize import Fp8Tensor
+from kernel_lib.fp8.shapes import GemmShape
 
 RECIPES = ["tensorwise_dynamic", "rowwise_dynamic", "tensorwise_delayed"]
 
 
 def test_scaled_mm_check_passes():
-    table = scaled_mm_check([(21, 32, 48), (64, 128, 16)], granularities=["tensorwise", "rowwise"])
+    table = scaled_mm_check(
+        [GemmShape(21, 32, 48), GemmShape(64, 128, 16)], granularities=["tensorwise", "rowwise"]
+    )
     assert (table["check"] == "PASS").all(), table.to_string()
 
 
@@ -25,7 +28,7 @@ def test_e5m2_operands_fail_the_gemm_check(monkeypatch):
         "quantize",
         lambda x, *, fmt, granularity: real(x, fmt="e5m2", granularity=granularity),
     )
-    table = scaled_mm_check([(37, 64, 32)], granularities=["tensorwise", "rowwise"])
+    table = scaled_mm_check([GemmShape(37, 64, 32)], granularities=["tensorwise", "rowwise"])
     assert (table["check"] == "FAIL").all(), table.to_string()
 
 
@@ -46,7 +49,7 @@ def test_the_tensor_core_bound_still_fails_e5m2_operands(monkeypatch):
         lambda x, *, fmt, granularity: real_quantize(x, fmt="e5m2", granularity=granularity),
     )
     monkeypatch.setattr(checks, "out_tolerance", lambda g, dt, device: real_bound(g, dt, "cuda"))
-    table = scaled_mm_check([(37, 64, 32)], granularities=["tensorwise"])
+    table = scaled_mm_check([GemmShape(37, 64, 32)], granularities=["tensorwise"])
     assert (table["check"] == "FAIL").all(), table.to_string()
 
 
@@ -54,14 +57,16 @@ def test_the_tensor_core_bound_still_fails_e5m2_operands(monkeypatch):
 def test_wrong_scales_fail_both_checks(monkeypatch, broken):
     scale = (lambda t: t.scale) if broken == "inverted" else (lambda t: t.scale * 0 + 1)
     monkeypatch.setattr(Fp8Tensor, "inverse_scale", property(scale))
-    assert (scaled_mm_check([(37, 64, 32)], granularities=["tensorwise"])["check"] == "FAIL").all()
+    assert (
+        scaled_mm_check([GemmShape(37, 64, 32)], granularities=["tensorwise"])["check"] == "FAIL"
+    ).all()
     assert (linear_check(recipes=RECIPES)["check"] == "FAIL").all()
 
 
 def test_checks_skip_every_case_where_scaled_mm_cannot_run(monkeypatch):
     """One skipped row per case, named as where it runs, so its record keeps its id."""
     monkeypatch.setattr(linear, "fp8_matmul_support", lambda device: "unsupported")
-    mm = scaled_mm_check([(32, 64, 32)], granularities=["tensorwise", "rowwise"])
+    mm = scaled_mm_check([GemmShape(32, 64, 32)], granularities=["tensorwise", "rowwise"])
     lin = linear_check(recipes=["tensorwise_dynamic", "rowwise_dynamic"])
     assert list(mm["granularity"]) == ["tensorwise", "rowwise"] and (mm["M"] == 32).all()
     assert list(lin["recipe"]) == ["tensorwise_dynamic", "rowwise_dynamic"]

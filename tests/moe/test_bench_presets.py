@@ -44,7 +44,7 @@ def test_clamped_swiglu_at_the_timed_shape_against_its_twin(cpu_facts):
     cfg = MoEBenchConfig()  # the CPU notebook's preset shape
     model = preset("gpt-oss-20b").scaled(cfg.preset_scale)
     case = preset_case(dataclasses.replace(cfg, dtype="float32"), cpu_facts, model)
-    ex, routing = case.experts, case.routing
+    ex, routing = case.feedforward, case.routing
     assert ex.activation == "swiglu_clamped" and routing.num_tokens == cfg.preset_tokens
     some = routing.token_idx % 8 == 0  # every 8th token's rows: the element-wise twin is slow
     tokens, chosen, x = routing.token_idx[some], routing.expert_idx[some], case.x.double()

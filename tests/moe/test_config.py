@@ -3,13 +3,14 @@ import dataclasses
 import pytest
 
 from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.shapes import MoEShape
 
 
 def test_defaults_are_valid_and_frozen():
     cfg = MoEBenchConfig()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.top_k = 1
-    assert cfg.shapes == [(4096, 512, 2048)]
+    assert cfg.shapes == [MoEShape(4096, 512, 2048, 8, 2)]
 
 
 def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
@@ -22,7 +23,9 @@ def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
             "other": 1,
         }
     )
-    assert cfg.tokens == (8, 16) and cfg.compile == () and cfg.shapes[1] == (16, 32, 64)
+    assert (
+        cfg.tokens == (8, 16) and cfg.compile == () and cfg.shapes[1] == MoEShape(16, 32, 64, 8, 2)
+    )
     hash(cfg)
 
 

@@ -1,14 +1,19 @@
+"""The backend notebooks' plans and `bench device` (their suite on the detected device), and the
+five notebooks' parameters."""
+
 import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import papermill
 import pytest
 
-from kernel_lib.backends import bench
+from kernel_lib.backends import plan, xla
 from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.target import ACCEPTS
 from kernel_lib.params import HAND_RUN_ONLY
 from kernel_lib.records import STATUSES
 
@@ -32,9 +37,9 @@ def _parameters(backend: str) -> dict:
 
 
 def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch, cpu_target):
-    monkeypatch.setattr(bench, "detect_backend", lambda: "cpu")
-    monkeypatch.setattr(bench, "find_target", lambda name: cpu_target)  # also in the XLA venv
-    records = bench.suite(TINY)
+    monkeypatch.setattr(plan, "detect_backend", lambda: "cpu")
+    monkeypatch.setattr(plan, "find_target", lambda name: cpu_target)  # also in the XLA venv
+    records = plan.suite(TINY)
     cases = [r.case for r in records]
     assert cases[0] == "facts"
     assert {"probe", "gemm", "copy", "triad", "launch_latency", "mlp"} <= set(cases)
@@ -45,23 +50,48 @@ def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch, cpu_target):
     ]
 
 
-@pytest.mark.parametrize("backend", ["nvidia", "amd", "xpu"])
-def test_suite_for_an_absent_backend_records_only_skips(monkeypatch, backend):
-    monkeypatch.setattr(bench, "detect_backend", lambda: backend)
-    monkeypatch.setattr(bench, "find_target", lambda name: _absent_target(name))
-    assert {r.status for r in bench.suite(TINY)} == {"skipped"}
+@pytest.mark.parametrize("backend", ["nvidia", "amd", "xpu", "tpu"])
+def test_suite_for_an_absent_backend_records_only_skips(monkeypatch, backend, absent):
+    monkeypatch.setattr(plan, "detect_backend", lambda: backend)
+    monkeypatch.setattr(plan, "find_target", absent)
+    assert {r.status for r in plan.suite(TINY)} == {"skipped"}
 
 
-def _absent_target(backend):
-    from kernel_lib.backends.target import Target
-    from kernel_lib.platform import DeviceFacts
+def test_each_plan_runs_the_common_sections_then_its_backends_own():
+    assert set(plan.PLANS) == set(ACCEPTS)
+    assert set(plan.NOTEBOOK_BACKEND.values()) == set(ACCEPTS)  # each detected backend: a plan
+    assert plan.NOTEBOOK_BACKEND["xla"] == "tpu"  # torch_xla on XLA:CPU runs the TPU notebook
+    common = ("facts", "capabilities", "roofline", "overheads", "mlp")
+    for backend, backend_plan in plan.PLANS.items():
+        assert backend_plan.topic == f"backend_{backend}"
+        assert backend_plan.names[: len(common)] == common
+    assert plan.PLANS["xpu"].names == common
 
-    return Target(
-        backend,
-        DeviceFacts(backend=backend, device="none", name="none"),
-        False,
-        f"no {backend} device",
-    )
+
+def test_setup_gives_the_notebooks_context(monkeypatch, cpu_target):
+    monkeypatch.setattr(plan, "find_target", lambda backend: cpu_target)  # also in the XLA venv
+    with pd.option_context("display.max_colwidth", 50):
+        ctx = plan.setup("cpu", {**TINY, "In": [], "Out": {}})  # a notebook's globals()
+        assert pd.get_option("display.max_colwidth") == 120
+    assert ctx.config == plan.Setup(cpu_target, BackendConfig.from_params(TINY))
+    assert ctx.facts is cpu_target.facts and ctx.progress and ctx.records == []
+
+
+def test_a_bad_parameter_is_one_line_before_any_device_is_looked_for(monkeypatch):
+    """(`bench` and the runner validate a platform file first: a ParameterError naming it.)"""
+    monkeypatch.setattr(plan, "find_target", None)  # never called
+    with pytest.raises(ValueError) as err:
+        plan.setup("cpu", {**TINY, "gemm_sizes": [16, 0]})
+    assert "gemm_sizes" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("backend", "calls"), [("tpu", 1), ("cpu", 0)])
+def test_only_the_tpu_context_sets_full_fp32_matmuls(monkeypatch, absent, backend, calls):
+    seen = []
+    monkeypatch.setattr(plan, "find_target", absent)
+    monkeypatch.setattr(xla, "use_full_fp32", seen.append)
+    ctx = plan.context(backend, TINY)
+    assert seen == [ctx.config.target] * calls
 
 
 def test_the_five_notebooks_share_their_common_parameters():
