@@ -329,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--platform", help="parameters/<platform>.yaml (default: detected)")
     ab.add_argument("--only", help="comma-separated notebook names")
     ab.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
-    ab.add_argument("--factor", metavar="F", help="compare's factor (default 1.1)")
+    ab.add_argument(
+        "--factor",
+        metavar="F",
+        help="compare's factor (default: from the noise floor at hand, else 1.1: compare --help)",
+    )
     ab.add_argument("--out", help="folder of the runs (default .cache/ab/<A>-<B>-<platform>...)")
     ab.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     ab.add_argument(

@@ -135,9 +135,14 @@ def test_runs_alternate_each_side_its_own_commit_and_the_verdict_says_what_it_re
     ]  # fmt: skip
     assert "ab: run 1 of 6: side A" in err and "time left: known after the first run" in err
     assert "ab: run 6 of 6: side B" in err and " left" in err.splitlines()[-1]
-    assert "Rests on: 3 run(s) of A, 3 of B; factor 1.1; noise floor: none at hand" in out
+    assert (
+        "Rests on: 3 run(s) of A, 3 of B; factor 1.1 (the default: no noise floor at hand); "
+        "noise floor: none at hand" in out
+    )
     result = json.loads((Path("o") / "compare.json").read_text())
-    assert result["rests_on"] == {"runs_a": 3, "runs_b": 3, "factor": 1.1}
+    assert result["rests_on"] == {
+        "runs_a": 3, "runs_b": 3, "factor": 1.1, "factor_from": "the default: no noise floor at hand"
+    }  # fmt: skip
     x = next(r for r in result["records"] if "/x/" in r["key"])
     assert x["a_run_ms"] == [1.0, 1.02, 0.98] and x["b_run_ms"] == [1.0, 1.02, 0.98]
     assert (Path("o") / "compare.html").exists() and worktrees(repo) == []  # removed when done
@@ -154,14 +159,19 @@ def test_an_a_a_keeps_its_noise_floor_and_a_slowed_side_is_slower_beside_it(
     assert floor["runs_a_side"] == 5 and floor["ratio_low"] == floor["ratio_high"] == 1.0
     assert floor["device"] == "Test CPU" and floor["git"] == revs["b"][:7]
 
-    for fraction in ("0.1", "0.2"):  # 10 % sits on the factor itself: a fake 10 % is `same`
-        code, out, err = run_ab(capsys, "HEAD", "HEAD", "--slow-b", f"y={fraction}")
+    # the A/A's ratios all 1.0: the factor taken from it is the lowest, 1.05, and a 10 % slowdown
+    # is called (at the factor 1.1 it sits on the factor itself, --factor 1.1: `same`)
+    for fraction, factor, slowed in (("0.1", None, "slower"), ("0.2", None, "slower"),
+                                     ("0.1", "1.1", "same")):  # fmt: skip
+        given = ["--factor", factor] if factor else []
+        code, out, err = run_ab(capsys, "HEAD", "HEAD", "--slow-b", f"y={fraction}", *given)
         table = json.loads(next(ab.STORE.glob("*-ci-*/compare.json")).read_text())
         shutil.rmtree(next(ab.STORE.glob("*-ci-*")))
         verdicts = {r["key"].split("/")[2]: r["verdict"] for r in table["records"]}
-        slowed = "same" if fraction == "0.1" else "slower"
         assert verdicts == {"x": "same", "y": slowed, "z": "same"}
-        assert code == (0 if fraction == "0.1" else 1)
+        assert code == (1 if slowed == "slower" else 0)
+        assert table["factor"] == float(factor or 1.05)
+        assert table["rests_on"]["factor_from"].startswith("given" if factor else "from the noise")
         assert table["noise_floor"]["ratio_high"] == 1.0  # the A/A's, at hand
         assert "noise floor: an A/A of git" in out and "TEST ONLY: B slowed by y=" in out
     # only A/As without the knob store a noise floor, and fewer runs a side do not replace it

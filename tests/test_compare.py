@@ -280,7 +280,7 @@ def test_options_on_either_side_of_the_separator():
         True,
         "x",
     )
-    assert compare.parse_args(["a", "--", "b"]).factor == compare.DEFAULT_FACTOR
+    assert compare.parse_args(["a", "--", "b"]).factor is None  # chosen when compared
 
 
 def test_the_cli_routes_compare(tmp_path, capsys):
@@ -332,3 +332,41 @@ def test_cross_platform_has_ratios_with_intervals_and_no_verdict_words(tmp_path,
     data = json.loads(capsys.readouterr().out)
     assert data["mode"] == "cross-platform" and data["headlines"]
     assert all("verdict" not in r for r in data["records"])
+
+
+FLOOR = {"platform": "cpu", "device": "Xeon", "runs_a_side": 5}
+
+
+@pytest.mark.parametrize(
+    "low, high, factor",
+    [
+        (0.964, 1.025, 1.05),  # this project's A/A at cpu sizes: widest 1.038
+        (0.819, 1.137, 1.25),  # at ci sizes: widest 1/0.819 = 1.221
+        (1.0, 1.0, 1.05),  # never below MIN_FACTOR
+        (0.95, 1.05, 1.1),  # widest 1/0.95 = 1.053: the next step
+        (0.99, 1.1, 1.15),  # a ratio on a step: the step above it
+    ],
+)
+def test_the_default_factor_is_the_first_step_above_the_noise_floor(low, high, factor):
+    floor = {**FLOOR, "ratio_low": low, "ratio_high": high}
+    chosen, why = compare.chosen_factor(None, floor, "cpu", "Xeon")
+    assert chosen == factor and why.startswith("from the noise floor")
+    assert chosen > max(high, 1 / low)  # the A/A itself would call nothing at it
+
+
+@pytest.mark.parametrize(
+    "given, floor, why",
+    [
+        (1.3, FLOOR, "given"),
+        (None, None, "no noise floor at hand"),
+        (None, {**FLOOR, "device": "EPYC"}, "the noise floor is of cpu on EPYC"),
+        (None, {**FLOOR, "platform": "ci"}, "the noise floor is of ci on Xeon"),
+        (None, {**FLOOR, "runs_a_side": 3}, "3 run(s) a side, fewer than 5"),
+    ],
+)
+def test_a_given_factor_wins_and_a_foreign_or_thin_noise_floor_leaves_the_default(
+    given, floor, why
+):
+    floor = floor and {**floor, "ratio_low": 0.5, "ratio_high": 2.0}
+    chosen, said = compare.chosen_factor(given, floor, "cpu", "Xeon")
+    assert chosen == (given or compare.DEFAULT_FACTOR) and why in said

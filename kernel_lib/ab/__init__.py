@@ -10,7 +10,8 @@ compare's (1 as well when a run failed).
 OUT (default .cache/ab/<A>-<B>-<platform>[-<hash of --only, -p, --slow-b>]) holds ab.json (what is
 compared), A/run-<k>/ and B/run-<k>/ (full reports) and the comparison. An A/A (one commit on both
 sides, no --slow-b) also writes noise-floor.json and keeps it as .cache/ab/noise-floor-<platform>.json:
-the noise floor at hand, which later comparisons on the same device show with their verdicts.
+the noise floor at hand, which later comparisons on the same device show with their verdicts and,
+without --factor, take their factor from (compare.verdict.chosen_factor).
 Ctrl-C keeps the finished runs and the worktrees, and `--resume` continues; the worktrees are
 removed once the comparison is written (one with changes in it stays, and is named).
 """
@@ -26,7 +27,6 @@ from pathlib import Path
 from kernel_lib.ab import rounds
 from kernel_lib.ab.checkout import checked_out, read, remove, resolve
 from kernel_lib.compare import (
-    DEFAULT_FACTOR,
     NOISE_FLOOR_FILE,
     CompareError,
     compare_runs,
@@ -55,9 +55,12 @@ def _runs(value: str) -> int:
     return runs
 
 
-def _factor(value: str | None) -> float:
+def _factor(value: str | None) -> float | None:
+    """--factor as a number (None: compare chooses it from the noise floor at hand)."""
+    if value is None:
+        return None
     try:
-        factor = DEFAULT_FACTOR if value is None else float(value)
+        factor = float(value)
     except ValueError:
         factor = 0.0
     if not factor > 1:

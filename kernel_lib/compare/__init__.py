@@ -20,6 +20,7 @@ from kernel_lib.compare.verdict import (
     DEFAULT_FACTOR,
     VERDICT_WORDS,
     apart,
+    chosen_factor,
     permutation_p,
     timing_verdict,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "VERDICT_WORDS",
     "CompareError",
     "apart",
+    "chosen_factor",
     "cli",
     "compare_folders",
     "compare_runs",

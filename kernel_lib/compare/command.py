@@ -13,7 +13,7 @@ from kernel_lib.compare.comparison import compare_folders
 from kernel_lib.compare.noise import read_noise_floor
 from kernel_lib.compare.render import to_html, to_json, to_text
 from kernel_lib.compare.runs import CompareError
-from kernel_lib.compare.verdict import DEFAULT_FACTOR
+from kernel_lib.compare.verdict import DEFAULT_FACTOR, RESOLVED_RUNS
 from kernel_lib.params import ParameterError
 
 
@@ -32,9 +32,16 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("folders", nargs="*", help="report folders of this side")
-    parser.add_argument("--factor", type=float, help=f"default {DEFAULT_FACTOR}")
     parser.add_argument(
-        "--noise-floor", metavar="FILE", help="an A/A's noise-floor.json (of `ab REV REV`) to show"
+        "--factor",
+        type=float,
+        help=f"default: from --noise-floor when it was measured on this device at >= "
+        f"{RESOLVED_RUNS} runs a side, else {DEFAULT_FACTOR}",
+    )
+    parser.add_argument(
+        "--noise-floor",
+        metavar="FILE",
+        help="an A/A's noise-floor.json (of `ab REV REV`): shown, and sets the default factor",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--html", metavar="FILE", help="also write an HTML page")
@@ -60,8 +67,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("factor", "html", "noise_floor"):
         value = getattr(right, name) if getattr(right, name) is not None else getattr(left, name)
         setattr(merged, name, value)
-    if merged.factor is None:
-        merged.factor = DEFAULT_FACTOR
     merged.json = left.json or right.json
     merged.all = left.all or right.all
     return merged

@@ -12,9 +12,9 @@ import pandas as pd
 
 from kernel_lib.compare.runs import CompareError, Run, _by_key, load_side
 from kernel_lib.compare.verdict import (
-    DEFAULT_FACTOR,
     _ratio,
     apart,
+    chosen_factor,
     spread_interval,
     timing_verdict,
 )
@@ -38,6 +38,7 @@ class Comparison:
     metrics: pd.DataFrame
     headlines: pd.DataFrame
     noise_floor: dict | None = None  # an A/A's figures (noise_floor), shown beside the verdicts
+    factor_from: str = "given"  # why this factor (verdict.chosen_factor)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -167,12 +168,14 @@ def headline_table(a_rows: dict[str, list[dict]], b_rows: dict[str, list[dict]])
 
 
 def compare_runs(
-    a: list[Run], b: list[Run], *, factor: float = DEFAULT_FACTOR, noise_floor: dict | None = None
+    a: list[Run], b: list[Run], *, factor: float | None = None, noise_floor: dict | None = None
 ) -> Comparison:
-    """Compare two sides' runs (`noise_floor`: read_noise_floor's, shown with the verdicts);
-    raises CompareError when they share no record."""
-    if not factor > 1:
+    """Compare two sides' runs (`noise_floor`: read_noise_floor's, shown with the verdicts; it
+    sets the factor when none is given: verdict.chosen_factor); raises CompareError when they
+    share no record."""
+    if factor is not None and not factor > 1:
         raise CompareError(f"--factor {factor}: must be > 1")
+    factor, factor_from = chosen_factor(factor, noise_floor, a[0].platform, a[0].device)
     a_rows, b_rows = _by_key(a), _by_key(b)
     common = set(a_rows) & set(b_rows)
     if not common:
@@ -233,6 +236,7 @@ def compare_runs(
         metrics=metric_changes(a_rows, b_rows),
         headlines=headline_table(a_rows, b_rows) if cross else _empty_headlines(),
         noise_floor=noise_floor,
+        factor_from=factor_from,
     )
 
 
@@ -244,7 +248,7 @@ def compare_folders(
     a: list[str | Path],
     b: list[str | Path],
     *,
-    factor: float = DEFAULT_FACTOR,
+    factor: float | None = None,
     noise_floor: dict | None = None,
 ) -> Comparison:
     return compare_runs(load_side(a), load_side(b), factor=factor, noise_floor=noise_floor)

@@ -11,8 +11,9 @@ from kernel_lib.compare.comparison import Comparison
 from kernel_lib.compare.runs import CompareError
 
 NOISE_FLOOR_FILE = "noise-floor.json"
+
 NOISE_FLOOR_KEYS = (
-    "device", "git", "runs_a_side", "factor", "records", "ratio_low", "ratio_high", "ratio_p05",
+    "platform", "device", "git", "runs_a_side", "factor", "records", "ratio_low", "ratio_high", "ratio_p05",
     "ratio_p95", "verdicts",
 )  # fmt: skip
 
@@ -66,6 +67,8 @@ def describe_noise_floor(floor: dict | None) -> str:
             "`--noise-floor` reads it)"
         )
     when = f", {floor['measured_utc'][:10]}" if floor.get("measured_utc") else ""
+    if isinstance(floor.get("notebooks"), list):
+        when += f", notebooks {','.join(floor['notebooks'])}"
     called = ", ".join(f"{n} {v}" for v, n in floor["verdicts"].items())
     return (
         f"noise floor: an A/A of git {floor['git']} on {floor['device']} (runs a side: "

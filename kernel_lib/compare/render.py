@@ -37,7 +37,8 @@ def _header(c: Comparison) -> list[str]:
             f"sides apart by the factor (`apart`)."
         )
         lines.append(
-            f"Rests on: {len(c.a)} run(s) of A, {len(c.b)} of B; factor {c.factor:g}; "
+            f"Rests on: {len(c.a)} run(s) of A, {len(c.b)} of B; factor {c.factor:g} "
+            f"({c.factor_from}); "
             f"{describe_noise_floor(c.noise_floor)}."
         )
         lines.append(f"Records: {counts}.")
@@ -162,7 +163,12 @@ def to_json(c: Comparison) -> dict:
     else:
         out.update(
             counts=c.counts,
-            rests_on={"runs_a": len(c.a), "runs_b": len(c.b), "factor": c.factor},
+            rests_on={
+                "runs_a": len(c.a),
+                "runs_b": len(c.b),
+                "factor": c.factor,
+                "factor_from": c.factor_from,
+            },
             noise_floor=c.noise_floor,
             test="one-sided exact permutation test, difference of means of run medians",
             alpha=ALPHA,

@@ -10,7 +10,7 @@ Same device (every run on both sides has one platform and one device name):
   medians / median of A's (> 1: B is slower).
 - `apart` = the ratio between the closest runs of the two sides, in the direction of `ratio`:
   fastest B run / slowest A run when B is slower (slowest B / fastest A when faster).
-- `slower` / `faster`: the ratio is beyond the factor (> f or < 1/f, default f = 1.1) AND, with at
+- `slower` / `faster`: the ratio is beyond the factor (> f or < 1/f; f: see below) AND, with at
   least 3 runs a side, an exact permutation test on the per-run medians says p <= 0.05 AND, with
   fewer than 5 runs on a side, the runs are apart by the factor (`apart` beyond f too: every run
   of B is more than f times slower, or faster, than every run of A).
@@ -51,9 +51,15 @@ A/As here: 1-3 verdicts of 313-333 records in each of six sequential pairs, 0 an
 the runs of the two sides interleaved). Interleave the runs of the two sides when comparing
 revisions: `python -m kernel_lib ab` (docs/revisions.md).
 
-What a verdict rests on is printed with it: the runs of each side, the factor, and the noise floor
-when one is at hand (`--noise-floor FILE`: what an A/A of `python -m kernel_lib ab REV REV` measured,
-its noise-floor.json, or the folder holding it); per record, the run medians of both sides
+The factor f: `--factor` when given. Else, with a noise floor at hand (`--noise-floor FILE`: what
+an A/A of `python -m kernel_lib ab REV REV` measured, its noise-floor.json or the folder holding it;
+`ab` finds the one it stored) that was measured on the same platform and device with >= 5 runs a
+side: the first multiple of 0.05 above the A/A's widest ratio, max(high, 1/low), and never below
+1.05, so that the A/A itself would call nothing. Else 1.1. Why not always 1.1: a slowdown of exactly
+10 % sits on the factor 1.1 and is called about as often as not (measured: 1.093 `same`, p 0.004);
+at `cpu` sizes the A/As here stayed within 0.964-1.025 (factor 1.05), at the small `ci` sizes
+within 0.819-1.137 (factor 1.25). What a verdict rests on is printed with it: the runs of each side,
+the factor and where it came from, the noise floor; per record, the run medians of both sides
 (`a_run_ms`, `b_run_ms`).
 
 Different devices (platform or device name differ between runs): no verdict words at all. The
@@ -78,7 +84,9 @@ import statistics
 ALPHA = 0.05
 MIN_RUNS = 3  # runs a side before the permutation test can confirm a verdict
 RESOLVED_RUNS = 5  # runs a side from which the test alone confirms (below: the runs must be apart)
-DEFAULT_FACTOR = 1.1
+DEFAULT_FACTOR = 1.1  # without a noise floor at hand
+FACTOR_STEP = 0.05  # a factor taken from a noise floor is a multiple of this
+MIN_FACTOR = 1.05  # and never below it
 EXACT_LIMIT = 200_000  # relabellings enumerated exactly; beyond it, a seeded random sample
 SAMPLED_RELABELLINGS = 100_000
 VERDICT_WORDS = (
@@ -173,3 +181,37 @@ def spread_interval(a_rows: list[dict], b_rows: list[dict]) -> tuple[float, floa
     low = min(b_low) / max(a_high) if max(a_high) > 0 else math.nan
     high = max(b_high) / min(a_low) if min(a_low) > 0 else math.nan
     return low, high
+
+
+def widest_ratio(floor: dict) -> float:
+    """How far the A/A's ratios strayed from 1, either way, as a factor (>= 1)."""
+    return max(floor["ratio_high"], 1 / floor["ratio_low"], 1.0)
+
+
+def chosen_factor(
+    factor: float | None, floor: dict | None, platform: str, device: str
+) -> tuple[float, str]:
+    """The factor a comparison of runs on `platform` and `device` uses, and why: `factor` when
+    given; else, with a noise floor of this platform and device measured at >= RESOLVED_RUNS runs a
+    side, the first step of FACTOR_STEP above the A/A's widest ratio (the A/A itself would call
+    nothing at it), never below MIN_FACTOR; else DEFAULT_FACTOR."""
+    if factor is not None:
+        return factor, "given"
+    if not floor:
+        return DEFAULT_FACTOR, "the default: no noise floor at hand"
+    if (floor["platform"], floor["device"]) != (platform, device):
+        return DEFAULT_FACTOR, (
+            f"the default: the noise floor is of {floor['platform']} on {floor['device']}"
+        )
+    if floor["runs_a_side"] < RESOLVED_RUNS:
+        return DEFAULT_FACTOR, (
+            f"the default: the noise floor has {floor['runs_a_side']} run(s) a side, fewer than "
+            f"{RESOLVED_RUNS}"
+        )
+    widest = widest_ratio(floor)
+    steps = math.floor(round((widest - 1) / FACTOR_STEP, 9)) + 1
+    chosen = max(MIN_FACTOR, round(1 + steps * FACTOR_STEP, 2))
+    return chosen, (
+        f"from the noise floor: the first step of {FACTOR_STEP:g} above its widest ratio "
+        f"{widest:.3f}, at least {MIN_FACTOR:g}"
+    )
