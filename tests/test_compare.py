@@ -340,18 +340,17 @@ FLOOR = {"platform": "cpu", "device": "Xeon", "runs_a_side": 5}
 @pytest.mark.parametrize(
     "low, high, factor",
     [
-        (0.964, 1.025, 1.05),  # this project's A/A at cpu sizes: widest 1.038
-        (0.819, 1.137, 1.25),  # at ci sizes: widest 1/0.819 = 1.221
+        (0.9636, 1.025, 1.076),  # this project's A/A at cpu sizes: widest 1/0.9636 = 1.0378
+        (0.8187, 1.137, 1.443),  # at ci sizes: widest 1/0.8187 = 1.2215
         (1.0, 1.0, 1.05),  # never below MIN_FACTOR
-        (0.95, 1.05, 1.1),  # widest 1/0.95 = 1.053: the next step
-        (0.99, 1.1, 1.15),  # a ratio on a step: the step above it
+        (0.99, 1.1, 1.2),  # exactly twice the excursion, not a rounding step above it
     ],
 )
-def test_the_default_factor_is_the_first_step_above_the_noise_floor(low, high, factor):
+def test_the_default_factor_is_twice_the_noise_floors_widest_excursion(low, high, factor):
     floor = {**FLOOR, "ratio_low": low, "ratio_high": high}
     chosen, why = compare.chosen_factor(None, floor, "cpu", "Xeon")
     assert chosen == factor and why.startswith("from the noise floor")
-    assert chosen > max(high, 1 / low)  # the A/A itself would call nothing at it
+    assert chosen - 1 >= 2 * (max(high, 1 / low) - 1) - 1e-9  # the A/A itself is far inside it
 
 
 @pytest.mark.parametrize(

@@ -54,11 +54,12 @@ revisions: `python -m kernel_lib ab` (docs/revisions.md).
 The factor f: `--factor` when given. Else, with a noise floor at hand (`--noise-floor FILE`: what
 an A/A of `python -m kernel_lib ab REV REV` measured, its noise-floor.json or the folder holding it;
 `ab` finds the one it stored) that was measured on the same platform and device with >= 5 runs a
-side: the first multiple of 0.05 above the A/A's widest ratio, max(high, 1/low), and never below
-1.05, so that the A/A itself would call nothing. Else 1.1. Why not always 1.1: a slowdown of exactly
-10 % sits on the factor 1.1 and is called about as often as not (measured: 1.093 `same`, p 0.004);
-at `cpu` sizes the A/As here stayed within 0.964-1.025 (factor 1.05), at the small `ci` sizes
-within 0.819-1.137 (factor 1.25). What a verdict rests on is printed with it: the runs of each side,
+side: twice as far from 1 as the A/A's widest ratio w = max(high, 1/low), f = 1 + 2 (w - 1), and
+never below 1.05. Else 1.1. Why not always 1.1: a slowdown of exactly 10 % sits on the factor 1.1
+and is called about as often as not (measured: 1.093 `same`, p 0.004). Why twice: one A/A does not
+show the tails; at `cpu` sizes here the A/A's ratios stayed within 0.964-1.025 (w 1.038, f 1.076)
+and a later trial's untouched records reached 0.939 (1.065). At the small `ci` sizes the A/A ranged
+0.819-1.137 (f 1.443). What a verdict rests on is printed with it: the runs of each side,
 the factor and where it came from, the noise floor; per record, the run medians of both sides
 (`a_run_ms`, `b_run_ms`).
 
@@ -85,8 +86,8 @@ ALPHA = 0.05
 MIN_RUNS = 3  # runs a side before the permutation test can confirm a verdict
 RESOLVED_RUNS = 5  # runs a side from which the test alone confirms (below: the runs must be apart)
 DEFAULT_FACTOR = 1.1  # without a noise floor at hand
-FACTOR_STEP = 0.05  # a factor taken from a noise floor is a multiple of this
-MIN_FACTOR = 1.05  # and never below it
+FLOOR_MARGIN = 2.0  # a factor taken from a noise floor: this many times its widest excursion
+MIN_FACTOR = 1.05  # and never below this
 EXACT_LIMIT = 200_000  # relabellings enumerated exactly; beyond it, a seeded random sample
 SAMPLED_RELABELLINGS = 100_000
 VERDICT_WORDS = (
@@ -193,8 +194,8 @@ def chosen_factor(
 ) -> tuple[float, str]:
     """The factor a comparison of runs on `platform` and `device` uses, and why: `factor` when
     given; else, with a noise floor of this platform and device measured at >= RESOLVED_RUNS runs a
-    side, the first step of FACTOR_STEP above the A/A's widest ratio (the A/A itself would call
-    nothing at it), never below MIN_FACTOR; else DEFAULT_FACTOR."""
+    side, FLOOR_MARGIN times as far from 1 as the A/A's widest ratio (rounded up to 0.001), never
+    below MIN_FACTOR; else DEFAULT_FACTOR."""
     if factor is not None:
         return factor, "given"
     if not floor:
@@ -209,9 +210,8 @@ def chosen_factor(
             f"{RESOLVED_RUNS}"
         )
     widest = widest_ratio(floor)
-    steps = math.floor(round((widest - 1) / FACTOR_STEP, 9)) + 1
-    chosen = max(MIN_FACTOR, round(1 + steps * FACTOR_STEP, 2))
+    chosen = max(MIN_FACTOR, math.ceil(round((1 + FLOOR_MARGIN * (widest - 1)) * 1000, 6)) / 1000)
     return chosen, (
-        f"from the noise floor: the first step of {FACTOR_STEP:g} above its widest ratio "
-        f"{widest:.3f}, at least {MIN_FACTOR:g}"
+        f"from the noise floor: 1 + {FLOOR_MARGIN:g} x (its widest ratio {widest:.3f} - 1), at least "
+        f"{MIN_FACTOR:g}"
     )
