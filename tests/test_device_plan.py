@@ -47,7 +47,11 @@ def _python(code: str) -> list[str]:
 
 def test_run_bounded_stops_a_child_that_overruns():
     outcome = budget.run_bounded(
-        _python("import time; print('started', flush=True); time.sleep(60)"),
+        # Python's own Ctrl-C handler, even when this suite runs from a shell's `&` (SIGINT ignored)
+        _python(
+            "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "print('started', flush=True); time.sleep(60)"
+        ),
         2.0,
         echo=lambda line: None,
         grace_s=5,
