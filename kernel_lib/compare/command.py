@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--factor",
         type=float,
-        help=f"default: from --noise-floor when it was measured on this device at >= "
+        help=f"default: from --noise-floor when it was measured on this platform and device at >= "
         f"{RESOLVED_RUNS} runs a side, else {DEFAULT_FACTOR}",
     )
     parser.add_argument(

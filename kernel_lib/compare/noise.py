@@ -11,10 +11,9 @@ from kernel_lib.compare.comparison import Comparison
 from kernel_lib.compare.runs import CompareError
 
 NOISE_FLOOR_FILE = "noise-floor.json"
-
 NOISE_FLOOR_KEYS = (
-    "platform", "device", "git", "runs_a_side", "factor", "records", "ratio_low", "ratio_high", "ratio_p05",
-    "ratio_p95", "verdicts",
+    "platform", "device", "git", "runs_a_side", "factor", "records", "ratio_low", "ratio_high",
+    "ratio_p05", "ratio_p95", "verdicts",
 )  # fmt: skip
 
 
