@@ -31,7 +31,7 @@ ifneq ($(filter gcp-tpu-% xla-cpu,$(PLATFORM)),)
 report: xla-report
 else
 report: setup
-	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(ONLY),--only $(ONLY))
+	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(ONLY),--only $(ONLY)) $(if $(REPLACE),--replace)
 endif
 
 # Two revisions compared, their runs interleaved (docs/revisions.md); B=WORKTREE: the working tree.
@@ -56,7 +56,7 @@ check: setup
 	$(PY) -m kernel_lib check $(if $(PLATFORM),--platform $(PLATFORM))
 
 reference: setup
-	$(PY) -m kernel_lib run --platform ci --out outputs/reference
+	$(PY) -m kernel_lib run --platform ci --out outputs/reference --nbval-reference
 
 # JupyterLab refuses to start as root unless told (containers, cloud VMs often run as root).
 # Its kernels import this checkout's kernel_lib, whichever checkout made the venv.

@@ -5,7 +5,7 @@
 #   make device-wheels     the wheels requirements-device.txt pins, for CPython 3.12 manylinux
 #                          x86_64, into .whl/device/ (~16 MB, 44 files): bring that folder along
 #   make device-dry-run    the whole recipe here on the CPU at parameters/ci.yaml, nothing
-#                          installed: the wheels checked to install offline on 3.12 (~3 min)
+#                          installed: the wheels checked to install offline on 3.12 (~3-5 min)
 # Included by the Makefile (uses its PY, STAMP and the TORCHINDUCTOR_CACHE_DIR it exports).
 DEVICE_WHEELS := .whl/device
 DEVICE_STAMP := $(DEVICE_WHEELS)/.downloaded
@@ -20,7 +20,7 @@ DEVICE_DRY_RUN_PARAMS := 'attn_patterns=[causal]' 'attn_causal_dtypes=[float32]'
   attn_page_size=128 'moe_strategies=[loop,sorted_grouped,padded,triton]' moe_backward=false \
   'moe_layer_types=[standard]' 'moe_imbalance=[0.0]' 'moe_sweep_tokens=[128]' \
   'moe_sweep_experts=[8]' 'moe_sweep_top_k=[2]' 'moe_sweep_strategies=[sorted_grouped]' \
-  'fp8_quant_granularities=[tensorwise]' fp8_train_seeds=1 \
+  'fp8_quant_granularities=[tensorwise]' fp8_train_seeds=1 'moe_presets=[mixtral-8x7b]' \
   'fp8_train_recipes=[tensorwise_dynamic]' 'allocators=[system]' probe_compile=false
 
 .PHONY: device-wheels device-dry-run

@@ -1,7 +1,7 @@
 """`python -m kernel_lib {run,report,platforms,bench,check,compare,ab,sensitivity,export,params,
-cloud,device-plan}`: the functions the Makefile calls, the tools that compare and export reports, the
-cloud fan-out (kernel_lib.cloud) and the recipe for a GPU host without a package index
-(kernel_lib.device_plan).
+cloud,device-plan,history,regressions}`: the functions the Makefile calls, the tools that compare
+and export reports, the cloud fan-out (kernel_lib.cloud), the recipe for a GPU host without a
+package index (kernel_lib.device_plan) and the results store of every run (kernel_lib.history).
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed or the disk did
 (one line: `error: ...`), 2 bad input (nothing ran), 130 interrupted (Ctrl-C).
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kernel_lib import allocator
 from kernel_lib.params import (
+    OTHER_DEVICE,
     ROOT,
     ParameterError,
     list_platforms,
@@ -64,16 +65,26 @@ def _repeat(value: str) -> int:
 
 def cmd_run(args) -> int:
     from kernel_lib.run.execute import FAILED_STATUSES  # CLI start-up
-    from kernel_lib.run.plan import run_repeated  # CLI start-up
+    from kernel_lib.run.plan import refuse_reference, run_repeated  # CLI start-up
 
     repeat = _repeat(args.repeat)
     overrides = dict(parse_override(p) for p in args.param)
     only = (
         [n.strip() for n in args.only.split(",") if n.strip()] if args.only is not None else None
     )
-    plan = load_plan(_platform(args.platform), overrides=overrides, only=only)
-    out = Path(args.out) if args.out else OUTPUTS / plan.platform
-    results = run_repeated(plan, out, repeat, progress=not args.no_progress)
+    platform = _platform(args.platform)
+    out = Path(args.out) if args.out else OUTPUTS / platform
+    refuse_reference(out, platform, args.param, args.nbval_reference)
+    plan = load_plan(
+        platform, overrides=overrides, only=only, here=True, other_device=args.other_device
+    )
+    results = run_repeated(
+        plan,
+        out,
+        repeat,
+        progress=not args.no_progress,
+        replace=args.replace or args.nbval_reference,
+    )
     print(f"report: {out / 'index.html'}")
     for r in results:
         run = f" [{r.run_id.split('-', 2)[-1]}]" if repeat > 1 else ""  # ...-<pid>-run-<i>
@@ -82,7 +93,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from kernel_lib.report.gallery import build_gallery  # CLI start-up: matplotlib on demand
+    from kernel_lib.report.gallery import build_gallery, check_gallery  # CLI start-up: matplotlib
     from kernel_lib.report.pages import rebuild_reports  # CLI start-up
 
     dirs = [Path(d) for d in args.dirs]
@@ -96,6 +107,8 @@ def cmd_report(args) -> int:
     else:  # the folders' own outputs/ tree, if they are in one
         galleries = list(dict.fromkeys(d.resolve().parent for d in dirs))
         galleries = [g for g in galleries if g.name == "outputs"]
+    for gallery in galleries:  # before any report is rebuilt
+        check_gallery(gallery, "--gallery" if args.gallery else "gallery:")
     for index in rebuild_reports(dirs or None, outputs=OUTPUTS):
         print(f"report: {index}")
     for gallery in galleries:
@@ -135,6 +148,7 @@ def _bench_under_allocator(args, plan) -> int:
         plan.platform,
     ]
     command += [arg for p in args.param for arg in ("-p", p)] + (["--json"] if args.json else [])
+    command += [OTHER_DEVICE] if args.other_device else []
     with kernel_environment(kernel_allocator(plan)):
         return subprocess.run(command).returncode
 
@@ -144,7 +158,10 @@ def cmd_bench(args) -> int:
 
     module_name, notebook = TOPICS[args.topic]
     plan = load_plan(
-        _platform(args.platform), overrides=dict(parse_override(p) for p in args.param)
+        _platform(args.platform),
+        overrides=dict(parse_override(p) for p in args.param),
+        here=True,
+        other_device=args.other_device,
     )
     if notebook is None:
         notebook = next((nb for nb in plan.notebooks if nb.startswith("backend_")), None)
@@ -205,7 +222,12 @@ def cmd_check(args) -> int:
     ]
     # the re-executed notebooks save their records into the copy, never into outputs/local/
     env = {**os.environ, RESULTS_DIR_ENV: str(work)}
-    return subprocess.run(command, cwd=work, env=env).returncode
+    code = subprocess.run(command, cwd=work, env=env).returncode
+    if code:
+        from kernel_lib.run.plan import say_other_code  # CLI start-up
+
+        say_other_code(source)
+    return code
 
 
 def cmd_ab(args) -> int:
@@ -246,6 +268,12 @@ def _disk_error(err: OSError) -> str:
     return f"{' -> '.join(paths)}: {err.strerror}" if paths and err.strerror else str(err)
 
 
+OTHER_DEVICE_HELP = (
+    "run a platform file written for another device on this machine (a dry run of its sizes, "
+    "still checked against this device's memory; its records are stamped with its platform)"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kernel_lib",
@@ -274,6 +302,19 @@ def main(argv: list[str] | None = None) -> int:
         help="run every notebook N times, each in a fresh kernel: OUT/run-1/ ... OUT/run-N/ "
         "and, in OUT/, the median over the runs and its spread (default 1: OUT/ as one run)",
     )
+    run.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the report in OUT although it is another platform's or device's, or holds "
+        "runs this one would drop (more runs than --repeat, or one run under --repeat N)",
+    )
+    run.add_argument(OTHER_DEVICE, action="store_true", help=OTHER_DEVICE_HELP)
+    run.add_argument(
+        "--nbval-reference",
+        action="store_true",
+        help="`make reference`: write the nbval reference set (outputs/reference), which "
+        "nothing else writes",
+    )
     run.set_defaults(func=cmd_run)
 
     report = sub.add_parser(
@@ -287,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gallery",
         metavar="DIR",
         help="write DIR/index.html listing the report folders in DIR (default: outputs/, when "
-        "the folders are under it)",
+        "the folders are under it); an index.html that is not a gallery is never replaced",
     )
     report.set_defaults(func=cmd_report)
 
@@ -301,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--platform", help="parameters/<platform>.yaml (default: detected)")
     bench.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     bench.add_argument("--json", action="store_true", help="print the records as a JSON list")
+    bench.add_argument(OTHER_DEVICE, action="store_true", help=OTHER_DEVICE_HELP)
     bench.set_defaults(func=cmd_bench)
 
     check = sub.add_parser(
@@ -353,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     export = sub.add_parser("export", help="write a report's timings for a benchmark dashboard")
     export.add_argument("--format", required=True, choices=["pytorch-v3", "bmf"])
     export.add_argument("dir", help="report folder")
-    export.add_argument("--out", help="file to write (default: stdout)")
+    export.add_argument(
+        "--out", help="file to write, never a report's own (default, or `-`: standard output)"
+    )
     export.set_defaults(func=cmd_export)
 
     params = sub.add_parser("params", help="each notebook's parameters, ranges and meaning")
@@ -363,9 +407,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from kernel_lib.cloud.cli import add_parser as add_cloud_parser  # CLI start-up
     from kernel_lib.device_plan.cli import add_parser as add_device_plan_parser  # CLI start-up
+    from kernel_lib.history.cli import add_parsers as add_history_parsers  # CLI start-up
 
     add_cloud_parser(sub)
     add_device_plan_parser(sub)
+    add_history_parsers(sub)
 
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -382,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     except ParameterError as err:
         print(f"error: {_line(err)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `... | head` stopped reading: nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as err:  # a read-only or full disk, a folder that cannot be replaced
         print(f"error: {_line(_disk_error(err))}", file=sys.stderr)
         return 1

@@ -78,6 +78,20 @@ def positive(value, param: str) -> None:
     require(finite(value) and value > 0, param, value, "a finite number > 0")
 
 
+SEED_MAX = 2**64 - 1  # torch.manual_seed's largest seed (an unsigned 64-bit integer)
+
+
+def seeds(value, param: str, count: int = 1) -> None:
+    """`value`, `value + 1`, ..., `value + count - 1`: seeds torch takes (ints 0 .. SEED_MAX)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value
+    require(
+        ok and value + count - 1 <= SEED_MAX,
+        param,
+        value,
+        f"an int from 0 to {SEED_MAX + 1 - count}",
+    )
+
+
 def positive_list(values, param: str) -> None:
     """A non-empty list of finite numbers > 0."""
     require(
@@ -109,6 +123,35 @@ def describe(cls, prefix: str) -> list[dict]:
             }
         )
     return rows
+
+
+FULL_PLATFORM = "cpu-full"  # the notebooks' defaults: every sweep point, tile and variant
+
+
+def left_out(config, notebook: str) -> str:
+    """One line: what a run of `config` leaves out of the notebook's defaults (the full CPU sweep:
+    list items it does not run, options turned off), the sizes it changed, and the one command
+    that runs all of it."""
+    missing, changed = [], []
+    for row in describe(type(config), config.PARAM_PREFIX):
+        value = getattr(config, row["parameter"].removeprefix(config.PARAM_PREFIX))
+        value, default = (list(value) if isinstance(value, tuple) else value), row["default"]
+        if isinstance(default, list) and all(v in default for v in value):  # a subset: a cut
+            if gone := [d for d in default if d not in value]:
+                missing.append(f"{row['parameter']} {gone}")
+        elif default is True and value is False:
+            missing.append(row["parameter"])
+        elif value != default:
+            changed.append(f"{row['parameter']}={value!r} (default {default!r})")
+    command = f"python -m kernel_lib run --platform {FULL_PLATFORM} --only {notebook}"
+    if not missing and not changed:
+        return f"Left out of the full sweep: nothing ({command} runs the same)."
+    parts = [
+        f"left out {'; '.join(missing)}" if missing else "",
+        f"changed {'; '.join(changed)}" if changed else "",
+    ]
+    said = " and ".join(filter(None, parts))
+    return f"Beside the full sweep (the notebook's defaults) this run {said}. All of it: {command}"
 
 
 def largest_needs(cases, prefix: str) -> dict[str, float]:

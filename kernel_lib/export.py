@@ -34,6 +34,7 @@ from kernel_lib.compare import CompareError, run_folders
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX
 from kernel_lib.reportfiles import read_results, read_run
+from kernel_lib.writes import output_file, write_text
 
 FORMATS = ("pytorch-v3", "bmf")
 BENCHMARK_NAME = "kernel-workbook"
@@ -230,27 +231,12 @@ def export(folder: str | Path, fmt: str):
     return [obj for run in runs for obj in to_pytorch_v3(timed_records(run), _run_meta(run))]
 
 
-def _out_path(out: str, folder: str) -> Path:
-    """--out FILE, refused (CompareError) where its folder is missing, it is a folder, or it would
-    be one of the report's own files (run.json, a results file)."""
-    path = Path(out)
-    if not path.parent.is_dir():
-        raise CompareError(f"--out {out}: no such folder {path.parent}")
-    if path.is_dir():
-        raise CompareError(f"--out {out}: is a folder")
-    own = {run.resolve() for run in run_folders(folder)}
-    if (path.name == "run.json" or path.name.endswith(RESULTS_SUFFIX)) and (
-        path.resolve().parent in own
-    ):
-        raise CompareError(f"--out {out}: would be one of the report's own files")
-    return path
-
-
 def cli(args: argparse.Namespace) -> int:
-    """The `export` command: write the export to --out or stdout. One line and 2 on bad input (a
-    damaged report file, --out into a missing folder), 1 when the disk fails writing --out."""
+    """The `export` command: write the export to --out (whole or not at all) or stdout (no --out,
+    or `--out -`). One line and 2 on bad input (a damaged report file, --out into a missing
+    folder or onto any report's own file: kernel_lib.writes), 1 when the disk fails."""
     try:
-        out = _out_path(args.out, args.dir) if args.out else None
+        out = output_file(args.out, "--out") if args.out else None
         data = export(args.dir, args.format)
     except ParameterError as err:  # a CompareError, or a damaged report file
         print(f"error: {err}", file=sys.stderr)
@@ -260,7 +246,7 @@ def cli(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     try:
-        out.write_text(text)
+        write_text(out, text)
     except OSError as err:
         print(f"error: --out {args.out}: {err.strerror or err}", file=sys.stderr)
         return 1

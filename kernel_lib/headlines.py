@@ -44,6 +44,9 @@ HEADLINES = {
     "fp8.linear_vs_bf16": Headline("FP8 linear vs bf16 linear"),
     "fp8.block_linear_vs_bf16": Headline("block-scaled FP8 linear vs bf16 linear"),
     "fp8.grouped_gemm_vs_bf16": Headline("FP8 grouped GEMM vs bf16 torch._grouped_mm"),
+    "fp8.weight_only_decode_vs_bf16": Headline(
+        "weight-only FP8 linear (W8A16, variant chosen here) vs bf16 linear, decode"
+    ),
     "backend.bf16_gemm_vs_fp32": Headline("bf16 GEMM vs fp32, largest swept size"),
     "backend.compiled_mlp_vs_eager": Headline("compiled MLP vs eager"),
 }

@@ -5,7 +5,8 @@ folder or the checkout); one run at a time per folder (`.lock-<name>` beside it)
 killed runs cleaned (a finished run among them kept). `staged(out)`: the new report is built in a
 sibling `.staging-<name>-<pid>` folder and swapped in at the end, so an interrupted or failed run
 leaves the previous report untouched, and a finished run that cannot be swapped in is kept as
-`<out>.unswapped-<time>`.
+`<out>.unswapped-<time>`. `install(report, out)`: a finished report copied over `out` the same way
+(`cloud collect`). The rules for every other file a command writes: kernel_lib.writes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from kernel_lib.params import ROOT, ParameterError
+from kernel_lib.params import ParameterError
 from kernel_lib.report.aggregate import repeat_of
+from kernel_lib.writes import RUN_FILE, copy_tree, is_report, refuse_checkout
 
-RUN_FILE = "run.json"
 KEPT = "unswapped"  # `<out>.unswapped-<time>`: a finished run that could not replace <out>
 
 
@@ -36,22 +37,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _is_report(folder: Path) -> bool:
-    """A report this runner wrote: its run.json names a platform and a run id."""
-    try:
-        run = json.loads((folder / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(run, dict) and {"platform", "run_id"} <= run.keys()
-
-
-def _check_out(out_dir: Path) -> None:
+def check_out(out_dir: Path) -> None:
     """ParameterError unless `out_dir` is the runner's to replace: new, empty, or a report."""
-    if out_dir == ROOT or out_dir in ROOT.parents:
-        why = "is or contains the repository"
-    elif out_dir.exists() and not out_dir.is_dir():
+    refuse_checkout(out_dir, "--out")
+    if out_dir.exists() and not out_dir.is_dir():
         why = "is a file"
-    elif out_dir.is_dir() and any(out_dir.iterdir()) and not _is_report(out_dir):
+    elif out_dir.is_dir() and any(out_dir.iterdir()) and not is_report(out_dir):
         why = f"holds files that are not a report (no {RUN_FILE} of a run): choose a new folder"
     else:
         return
@@ -118,12 +109,19 @@ def clean_after_killed_runs(out_dir: Path) -> None:
 
 @contextlib.contextmanager
 def owned(out_dir: Path):
-    """`out_dir` held for one run: checked (`_check_out`), locked, rid of killed runs' leftovers."""
-    _check_out(out_dir)
+    """`out_dir` held for one run: checked (`check_out`), locked, rid of killed runs' leftovers."""
+    check_out(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with locked(out_dir):
         clean_after_killed_runs(out_dir)
         yield
+
+
+def _staging(out_dir: Path) -> Path:
+    """The staging folder of this process for `out_dir`, emptied."""
+    staging = out_dir.parent / f".staging-{out_dir.name}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging
 
 
 def _stage(out_dir: Path, repeat: int = 1) -> tuple[Path, dict]:
@@ -131,8 +129,7 @@ def _stage(out_dir: Path, repeat: int = 1) -> tuple[Path, dict]:
     the last report when it has the same layout (one run, or `run-*/` folders), whose results are
     kept until a notebook's new ones replace them. Not its run.json: staging holds one only once
     its own run has finished. A failed copy leaves nothing."""
-    staging = out_dir.parent / f".staging-{out_dir.name}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = _staging(out_dir)
     previous = {}
     try:
         if (out_dir / RUN_FILE).exists() and (repeat_of(out_dir) > 1) == (repeat > 1):
@@ -183,3 +180,13 @@ def staged(out_dir: Path, repeat: int = 1):
             ) from None
         raise
     _swap_in(staging, out_dir)
+
+
+def install(report: Path, out_dir: Path) -> None:
+    """Copy the finished report `report` over `out_dir` (`owned`: new, empty or a report), staged
+    and swapped in: the old report is deleted only once the copy is complete and in place."""
+    out_dir = Path(out_dir).resolve()
+    with owned(out_dir):
+        staging = _staging(out_dir)
+        copy_tree(report, staging)
+        _swap_in(staging, out_dir)

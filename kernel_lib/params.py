@@ -23,7 +23,7 @@ from kernel_lib.config import short, short_repr
 PARAMETERS_DIR = ROOT / "parameters"
 NOTEBOOKS_DIR = ROOT / "notebooks"
 RESERVED = "workbook"
-WORKBOOK_KEYS = ("notebooks", "cell_timeout_s", "description", "allocator")
+WORKBOOK_KEYS = ("notebooks", "cell_timeout_s", "description", "allocator", "budget_s")
 # Notebook parameters for runs by hand (`papermill ... -p results_dir DIR`), never set by a platform
 # file or the runner's -p: the runner writes every notebook's results into its report folder.
 HAND_RUN_ONLY = ("results_dir",)
@@ -52,6 +52,8 @@ class Plan:
     description: str = ""
     notebooks_dir: Path = NOTEBOOKS_DIR
     allocator: str = ALLOCATOR_DEFAULT  # notebook kernels' host malloc (kernel_lib.allocator)
+    # notebook -> its expected wall seconds on the platform's machine (report flags an overrun)
+    budget_s: dict = field(default_factory=dict)
 
     def parameters_for(self, notebook: str) -> dict:
         """The values this notebook declares (papermill injects only these)."""
@@ -220,12 +222,13 @@ def parameters_doc(
     return "\n\n".join(blocks)
 
 
-def _check_meaning(plan: Plan, overrides: dict) -> None:
+def _check_meaning(plan: Plan, overrides: dict, here: bool = False) -> None:
     """Build every notebook's config from its defaults and the plan's values, before anything
     runs: a value of the right type and the wrong meaning (a negative size, top_k > experts, an
     unknown dtype) is one line naming where it came from, the key and the allowed range. So is a
-    size whose largest case needs more memory than this machine's device has (`_device_memory`)."""
-    device = cache(lambda: _device_memory(plan, overrides))  # looked up once, only if needed
+    size whose largest case needs more memory than this machine's device has (`_device_memory`;
+    `here`: the plan is to run on this machine, whichever device its file is for)."""
+    device = cache(lambda: _device_memory(plan, overrides, here))  # looked up once, only if needed
     too_big = []  # (bytes, key, value, notebook) of each need over the device's memory
     for notebook in plan.notebooks:
         cls = config_class(notebook)
@@ -250,16 +253,16 @@ def _check_meaning(plan: Plan, overrides: dict) -> None:
         _refuse_too_big(too_big, device(), plan, overrides)
 
 
-def _device_memory(plan: Plan, overrides: dict) -> tuple[int, str] | None:
+def _device_memory(plan: Plan, overrides: dict, here: bool) -> tuple[int, str] | None:
     """(bytes, name) of the device this machine runs the plan's notebooks on, or None: memory
-    unknown, or a file for another device that is only being listed or validated (its platform
-    is not this machine's and nothing was set on the command line)."""
+    unknown, or a file for another device that is only being listed or validated (not `here`,
+    its platform is not this machine's and nothing was set on the command line)."""
     from kernel_lib import platform  # torch: only to size a plan on this device
 
     facts = platform.device_facts()
     if not facts.memory_bytes:
         return None
-    if not overrides:
+    if not overrides and not here:
         try:
             here = platform.detect_platform(facts)
         except ValueError:  # no parameter file matches this device
@@ -373,9 +376,15 @@ def load_plan(
     only: list[str] | None = None,
     parameters_dir: Path | None = None,
     notebooks_dir: Path | None = None,
+    here: bool = False,
+    other_device: bool = False,
 ) -> Plan:
-    """Read and validate `parameters/<platform>.yaml`, then `overrides` (command line, wins)."""
+    """Read and validate `parameters/<platform>.yaml`, then `overrides` (command line, wins).
+    `here`: the plan is to run on this machine (`run`, `bench`): its sizes are checked against
+    this device's memory, and a file for another device is refused unless `other_device`."""
     check_platform(platform, parameters_dir)
+    if here and not other_device:
+        _refuse_other_device(platform)
     path = (parameters_dir or PARAMETERS_DIR) / f"{platform}.yaml"
     source = _display(path)
     data = _read_yaml(path, source)
@@ -415,6 +424,7 @@ def load_plan(
             f"{source}: key {RESERVED}.allocator = {short_repr(allocator)} must be one of "
             f"{', '.join(ALLOCATORS)}"
         )
+    budget = _budget(settings.get("budget_s", {}), notebooks, source)
     _check_values(data, notebooks, source, notebooks_dir)
     if only is not None:
         unknown = [nb for nb in only if nb not in notebooks]
@@ -435,6 +445,40 @@ def load_plan(
         description=str(settings.get("description", "")),
         notebooks_dir=notebooks_dir or NOTEBOOKS_DIR,
         allocator=allocator,
+        budget_s={nb: budget[nb] for nb in notebooks if nb in budget},
     )
-    _check_meaning(plan, overrides)
+    _check_meaning(plan, overrides, here)
     return plan
+
+
+def _budget(budget, notebooks: tuple[str, ...], source: str) -> dict:
+    """The file's `workbook.budget_s`: each of its notebooks' expected wall seconds."""
+    if not (
+        isinstance(budget, dict)
+        and all(n in notebooks for n in budget)
+        and all(type(s) in (int, float) and 0 < s < float("inf") for s in budget.values())
+    ):
+        raise ParameterError(
+            f"{source}: key {RESERVED}.budget_s = {short_repr(budget)} must map notebooks of "
+            f"{RESERVED}.notebooks to seconds > 0"
+        )
+    return budget
+
+
+OTHER_DEVICE = "--other-device"  # run a platform file for another device here: a dry run of it
+
+
+def _refuse_other_device(name: str) -> None:
+    """ParameterError naming this machine's device when platform `name` is for another one."""
+    from kernel_lib import platform  # torch: only to run a plan on this device
+
+    device = platform.device_of_platform(name)
+    if device is None:
+        return
+    facts = platform.device_facts()
+    if not platform.is_device(facts, device):
+        raise ParameterError(
+            f"--platform {name} is for a {device[0]} {device[1]} device; this machine's is "
+            f"{facts.backend} {facts.name!r}: {OTHER_DEVICE} runs it here anyway (its sizes, "
+            "checked against this device's memory)"
+        )

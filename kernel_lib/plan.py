@@ -1,6 +1,7 @@
 """A topic's plan: its sections declared once, in the notebook's order. Each notebook cell runs
 one section by name (`PLAN.run("linear_speed", ctx)`); `python -m kernel_lib bench <topic>`
-runs them all (`PLAN.suite(ctx)`), so the two cannot drift apart."""
+runs them all (`PLAN.suite(ctx)`), so the two cannot drift apart. Under the runner, the records
+made so far are saved as each section ends: a notebook stopped later keeps them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 import pandas as pd
 
 from kernel_lib.platform import DeviceFacts
-from kernel_lib.records import Record
+from kernel_lib.records import Record, save_sections
 
 ConfigT = TypeVar("ConfigT")
 
@@ -88,11 +89,13 @@ class Plan:
         raise ValueError(f"the {self.topic} plan has no section {name!r} (it has {self.names})")
 
     def run(self, name: str, ctx: Context) -> Output:
-        """Run section `name`: its records are appended to `ctx.records`, its output kept in
+        """Run section `name`: its records are appended to `ctx.records` (and saved where the
+        runner executes the notebook: `records.save_sections`), its output kept in
         `ctx.outputs[name]` for later sections and returned for the notebook to show."""
         output = self.section(name).run(ctx)
         ctx.records.extend(records_of(output))
         ctx.outputs[name] = output
+        save_sections(ctx.records)
         return output
 
     def suite(self, ctx: Context) -> list[Record]:

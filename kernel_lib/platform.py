@@ -8,6 +8,7 @@ import platform as _py_platform
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -113,6 +114,16 @@ def _memory_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def last_level_cache_bytes() -> int | None:
+    """The largest CPU cache of cpu0 as Linux reports it (sysfs), or None where it does not."""
+    sizes = []
+    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        match = re.fullmatch(r"(\d+)([KMG]?)", size.read_text().strip())
+        if match:
+            sizes.append(int(match[1]) * 1024 ** " KMG".index(match[2] or " "))
+    return max(sizes, default=None)
 
 
 def device_facts(backend: str | None = None) -> DeviceFacts:
@@ -226,6 +237,21 @@ _PLATFORM_BY_NAME = {
     "xpu": (("Max 1550", "intel-max1550"),),
     "tpu": (("v5litepod", "gcp-tpu-v5e"), ("v5e", "gcp-tpu-v5e")),
 }
+
+
+def device_of_platform(platform: str) -> tuple[str, str] | None:
+    """(backend, a part of the device's name) that parameter file `platform` (or a variant of it,
+    `<platform>-quick`) was written for; None for a file of any device (ci, cpu, ...)."""
+    for backend, pairs in _PLATFORM_BY_NAME.items():
+        for needle, name in pairs:
+            if platform == name or platform.startswith(f"{name}-"):
+                return backend, needle
+    return None
+
+
+def is_device(facts: DeviceFacts, device: tuple[str, str]) -> bool:
+    """Whether this machine's `facts` are the `device` of `device_of_platform`."""
+    return facts.backend == device[0] and _names(device[1], facts.name)
 
 
 def detect_platform(facts: DeviceFacts | None = None) -> str:

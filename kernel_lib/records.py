@@ -29,6 +29,8 @@ RESULTS_SUFFIX = ".results.json"
 RUN_ID_ENV, PLATFORM_ENV = "KERNEL_WORKBOOK_RUN_ID", "KERNEL_WORKBOOK_PLATFORM"
 # ... and the folder its results go to (the report being staged): see `resolve_results_dir`.
 RESULTS_DIR_ENV = "KERNEL_WORKBOOK_RESULTS_DIR"
+# ... and the notebook it executes: each section's records are saved as it ends (`save_sections`).
+NOTEBOOK_ENV = "KERNEL_WORKBOOK_NOTEBOOK"
 # Where results go when nothing says otherwise (JupyterLab; papermill without an output path).
 LOCAL_RESULTS_DIR = ROOT / "outputs" / "local"
 _PROCESS_RUN_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -409,6 +411,14 @@ def save_notebook_records(records: Iterable[Record], name: str, namespace: dict)
     cwd = Path.cwd().resolve()
     shown = path.relative_to(cwd) if path.is_relative_to(cwd) else path
     print(f"results: {shown} and {shown.with_suffix('.csv').name}")
+
+
+def save_sections(records: Iterable[Record]) -> Path | None:
+    """In a notebook the runner executes (it names the notebook and its report folder): the
+    records made so far saved as the notebook's results, so that a notebook stopped later keeps
+    the sections it finished. Elsewhere (by hand, `bench`, `check`) nothing: None."""
+    name, directory = os.environ.get(NOTEBOOK_ENV), os.environ.get(RESULTS_DIR_ENV)
+    return save_records(records, name, directory) if name and directory else None
 
 
 def save_records(

@@ -88,6 +88,7 @@ class Run(TypedDict, total=False):
     git: str
     command: str
     environment: Environment
+    budget_s: dict[str, float]  # notebook -> its expected wall seconds (workbook.budget_s)
     notebooks: list[Notebook]
     repeat: int
     runs: list[RunEntry]

@@ -27,6 +27,7 @@ import pandas as pd
 from kernel_lib.compare import DEFAULT_FACTOR, compare_folders
 from kernel_lib.measure import TEST_SLOWDOWN_ENV
 from kernel_lib.records import PLATFORM_ENV, RUN_ID_ENV
+from kernel_lib.writes import output_folder, write_text
 
 NAME = "sensitivity"  # the benchmark's topic and results file
 SLOWED = "relu"  # the implementation the knob slows
@@ -181,7 +182,11 @@ def _machine() -> str:
 def cli(argv: list[str]) -> int:
     """The `sensitivity` command (also `--one-run FOLDER`, the process of one run)."""
     parser = argparse.ArgumentParser(prog="python -m kernel_lib sensitivity", description=__doc__)
-    parser.add_argument("--out", default=".cache/sensitivity", help="folder of the trial runs")
+    parser.add_argument(
+        "--out",
+        default=".cache/sensitivity",
+        help="folder of the trial runs: new, empty, or one this command filled",
+    )
     parser.add_argument("--trials", type=int, default=TRIALS)
     parser.add_argument("--runs", type=int, default=max(RUNS_A_SIDE), help="runs a side")
     parser.add_argument("--factor", type=float, default=DEFAULT_FACTOR, help="compare's factor")
@@ -195,7 +200,8 @@ def cli(argv: list[str]) -> int:
         return 0
     if args.trials < 1 or args.runs < 1:
         parser.error("--trials and --runs must be >= 1")
-    out = Path(args.out)
+    # new, empty or one this command filled (its trial-1/): never a user's folder or a file
+    out = output_folder(Path(args.out), "--out", mark="trial-1")
     runs_a_side = tuple(n for n in RUNS_A_SIDE if n <= args.runs) or (args.runs,)
     if not args.tally_only:
         print(f"start: {_machine()}", flush=True)
@@ -205,8 +211,9 @@ def cli(argv: list[str]) -> int:
     print(table.to_string(index=False))
     for n, level in smallest_detected(table).items():
         print(f"smallest slowdown called slower in >= 90 % of trials, {n} runs a side: {level}")
-    (out / f"tally-factor-{args.factor:g}.json").write_text(
-        json.dumps(table.to_dict("records"), indent=1) + "\n"
+    write_text(
+        out / f"tally-factor-{args.factor:g}.json",
+        json.dumps(table.to_dict("records"), indent=1) + "\n",
     )
     return 0
 

@@ -10,8 +10,12 @@ from hypothesis import strategies as st
 from kernel_lib import __main__ as cli
 from kernel_lib import params
 from kernel_lib.params import ParameterError, load_plan, notebook_parameters, parse_override
-from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.platform import DeviceFacts, device_facts, device_of_platform, is_device
 
+# a parameter file for a device this machine is not
+ANOTHER_DEVICE = next(
+    p for p in ("gcp-tpu-v5e", "h100") if not is_device(device_facts(), device_of_platform(p))
+)
 GOOD = "workbook: {notebooks: [backend_cpu, fp8, flex_attention, moe]}\n"
 # "Billion laughs": nine lists of nine aliases of the one before, 9^9 items once expanded.
 LAUGHS = (
@@ -93,6 +97,13 @@ CASES = [
     (None, ["--platform", "../parameters/cpu"], "unknown platform '../parameters/cpu'"),
     (None, ["--platform", str(params.PARAMETERS_DIR / "cpu")], "unknown platform '/"),
     (None, ["--platform", "cpu.yaml"], "unknown platform 'cpu.yaml'"),
+    # seeds as torch takes them: 0 .. 2**64 - 1, with fp8_seed + 1, ... and each teacher's + 1000
+    (None, ["-p", f"fp8_seed={2**70}"], "fp8_seed"),
+    (None, ["-p", f"fp8_seed={2**64 - 1}"], "fp8_seed"),
+    (None, ["-p", "fp8_seed=-1"], "fp8_seed"),
+    (None, ["-p", "fp8_seed=true"], "fp8_seed"),
+    # a platform file for another device (a TPU's here; an H100's on a TPU): --other-device
+    (None, ["--platform", ANOTHER_DEVICE], "--other-device runs it here anyway"),
 ]
 # Sizes whose largest case needs more memory than any device has: refused before anything runs.
 TOO_BIG = [
@@ -186,6 +197,15 @@ def test_the_memory_check_is_for_plans_that_run_here(monkeypatch):
         load_plan("h100", overrides={"moe_tokens": [4096, 4096, 8192]})  # a run here: sized
     _tiny_device(monkeypatch, memory_bytes=None)
     assert load_plan("cpu", overrides={"moe_tokens": [10**9]}).notebooks  # memory unknown
+
+
+def test_another_devices_file_is_refused_and_under_other_device_still_sized(monkeypatch):
+    _tiny_device(monkeypatch, memory_bytes=2**20)  # a CPU "Tiny" of 1 MiB
+    with pytest.raises(ParameterError, match=r"^--platform gcp-tpu-v5e is for a tpu v5litepod "):
+        load_plan("gcp-tpu-v5e", here=True)
+    with pytest.raises(ParameterError, match=r"needs about .* this machine's Tiny has 0\.0 GiB"):
+        load_plan("gcp-tpu-v5e", here=True, other_device=True)
+    assert load_plan("gcp-tpu-v5e").notebooks  # listed and validated, not run here: not sized
 
 
 HUGE = "[" + ", ".join(["0"] * 10_000) + "]"  # 30 000 characters

@@ -3,8 +3,14 @@ archive. No notebook runs: the runner's subprocesses are stood in for."""
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import importlib.metadata
+import json
+import os
 import re
+import signal
+import subprocess
 import sys
 import tarfile
 import time
@@ -14,9 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kernel_lib.device_plan import budget, cli, preflight, wheels
+from kernel_lib.device_plan import budget, checks, cli, preflight, wheels
 from kernel_lib.params import ROOT, config_class, load_plan, notebook_defaults, notebook_parameters
+from kernel_lib.plan import Context, Plan, Section
 from kernel_lib.platform import datasheet_for
+from kernel_lib.records import NOTEBOOK_ENV, RESULTS_DIR_ENV, Record
 from kernel_lib.run.execute import KERNEL_NAME
 
 QUICK = {"h100-quick": "H100", "h200-quick": "H200"}
@@ -25,7 +33,8 @@ QUICK = {"h100-quick": "H100", "h200-quick": "H200"}
 @pytest.mark.parametrize("platform", sorted(QUICK))
 def test_quick_plan_loads_with_gpu_tiles_and_fits_its_device(platform):
     plan = load_plan(platform)
-    assert plan.notebooks == ("fp8", "flex_attention", "moe", "backend_nvidia")
+    assert plan.notebooks == ("fp8", "flex_attention", "moe"), "most wanted first, no backend"
+    assert plan.values["moe_presets"] == ["mixtral-8x7b"]
     assert plan.values["attn_page_size"] >= 128, "flex's GPU kernels take key tiles of 128"
     memory = datasheet_for(QUICK[platform]).memory_gb * 1e9
     for notebook in plan.notebooks:
@@ -36,9 +45,9 @@ def test_quick_plan_loads_with_gpu_tiles_and_fits_its_device(platform):
 
 
 def test_share_splits_the_time_left_by_weight():
-    names = ["fp8", "flex_attention", "moe", "backend_nvidia"]
-    assert budget.share("fp8", names, 480) == pytest.approx(480 * 3 / 12)
-    assert budget.share("backend_nvidia", names[3:], 100) == 100  # the last gets all that is left
+    names = ["fp8", "flex_attention", "moe"]
+    assert budget.share("fp8", names, 440) == pytest.approx(440 * 4 / 11)
+    assert budget.share("moe", names[2:], 100) == 100  # the last gets all that is left
 
 
 def _python(code: str) -> list[str]:
@@ -113,17 +122,20 @@ def test_a_notebook_left_too_little_time_is_not_started(monkeypatch, tmp_path):
     "notebook", ["backend_cpu", "backend_nvidia", "fp8", "flex_attention", "moe"]
 )
 def test_declared_parameters_are_papermills(notebook):
-    assert cli.declared(notebook) == set(notebook_parameters(notebook))
+    read = checks.cell_parameters(notebook)
+    assert set(read) == set(notebook_parameters(notebook))
+    for name, spec in notebook_parameters(notebook).items():
+        assert read[name] == (spec["inferred_type_name"], notebook_defaults(notebook)[name])
 
 
 def test_each_notebook_gets_the_params_it_declares():
     params = ["attn_page_size=128", "min_time_s=0.1"]
-    assert cli.params_by_notebook(["backend_cpu", "flex_attention"], params) == {
+    assert checks.params_by_notebook(["backend_cpu", "flex_attention"], params) == {
         "backend_cpu": ["min_time_s=0.1"],
         "flex_attention": ["attn_page_size=128"],
     }
     with pytest.raises(cli.PlanError, match="moe_tokens"):
-        cli.params_by_notebook(["fp8"], ["moe_tokens=[8]"])
+        checks.params_by_notebook(["fp8"], ["moe_tokens=[8]"])
 
 
 def test_preflight_reports_a_failing_item_in_one_line_and_goes_on(capsys):
@@ -247,6 +259,7 @@ def _args(tmp_path, **given) -> Namespace:
         budget_s=600.0,
         param=[],
         dry_run=False,
+        plan_only=False,
     )
     return Namespace(**{**defaults, **given})
 
@@ -276,12 +289,22 @@ def test_the_recipe_installs_preflights_runs_and_archives_into_out(monkeypatch, 
         {"platform": "nonesuch"},
         {"platform": "../parameters/ci"},  # a path, not a parameter file's name
         {"param": ["nonesuch=1"]},
+        {"param": ["fp8_seed=abc"]},  # the type the notebook declares
+        {"param": ["moe_tokens=[-8]"]},  # the meaning its config checks
+        {"param": ["fp8_seed=[1"]},  # not YAML
         {"budget_s": 0.0},
+        {"archive": "{tmp}"},  # a folder
+        {"archive": "{tmp}/a-file/x.tar.gz"},  # in a file, not a folder
+        {"out": "{tmp}/a-file"},
     ],
 )
-def test_bad_input_exits_2_before_anything_runs(monkeypatch, tmp_path, given):
+def test_bad_input_exits_2_before_anything_runs(monkeypatch, tmp_path, capsys, given):
     monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
+    (tmp_path / "a-file").write_text("mine")
+    given = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in given.items()}
     assert cli.cmd_device_plan(_args(tmp_path, **given)) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert (tmp_path / "a-file").read_text() == "mine"
 
 
 def test_device_mk_downloads_for_the_tags_the_dry_run_checks():
@@ -291,3 +314,217 @@ def test_device_mk_downloads_for_the_tags_the_dry_run_checks():
     platforms = [tags[i + 1] for i, t in enumerate(tags) if t == "--platform"]
     assert re.findall(r"--platform (\S+)", recipe) == platforms
     assert "--python-version 3.12 --implementation cp" in recipe
+
+
+def test_run_bounded_kills_what_a_stopping_child_starts(tmp_path):
+    """A child whose Ctrl-C handler starts a process and hangs: frozen, listed and killed."""
+    pid_file = tmp_path / "late.pid"
+    code = (
+        "import signal, subprocess, sys, time\n"
+        "def late(*_):\n"
+        "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        "start_new_session=True)\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "    time.sleep(60)\n"
+        "signal.signal(signal.SIGINT, late)\n"
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    outcome = budget.run_bounded(_python(code), 2.0, echo=lambda line: None, grace_s=3.0)
+    assert outcome.stopped
+    if pid_file.exists():  # under heavy load the handler may not have got that far
+        late = int(pid_file.read_text())
+        assert not psutil.pid_exists(late) or psutil.Process(late).status() == "zombie"
+
+
+def test_ctrl_c_stops_the_child_without_echoing_its_traceback():
+    echoed = []
+
+    def echo(line):
+        echoed.append(line)
+        if line == "ready":
+            _thread.interrupt_main()  # Ctrl-C, once the child is running
+
+    code = (
+        "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    with pytest.raises(KeyboardInterrupt):
+        budget.run_bounded(_python(code), 60.0, echo=echo, grace_s=5.0)
+    assert echoed == ["ready"]
+
+
+def test_help_needs_no_psutil():
+    code = (
+        "import sys; sys.modules['psutil'] = None\n"
+        "from kernel_lib.device_plan import main\n"
+        "main(['--help'])"
+    )
+    done = subprocess.run(_python(code), capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--plan-only" in done.stdout
+
+
+def test_platform_detection_reads_its_own_line_whatever_follows(monkeypatch):
+    said = ["a warning before", "platform: h100", "UserWarning: and one after"]
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: budget.Outcome(0, 0.1, False, said))
+    assert cli.quick_platform(cli.Progress(600), env={}) == "h100-quick"
+
+
+def test_plan_only_prints_the_shares_and_runs_nothing(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
+    args = _args(tmp_path, platform="h100-quick", only=None, plan_only=True, budget_s=540.0)
+    assert cli.cmd_device_plan(args) == 0
+    shares = re.findall(r"^ +(\w+): (\d+) s$", capsys.readouterr().out, re.MULTILINE)
+    assert [name for name, _ in shares] == ["fp8", "flex_attention", "moe"]
+    left = 540 - cli.SETUP_ESTIMATE_S - cli.RESERVE_S
+    assert sum(int(s) for _, s in shares) == pytest.approx(left, abs=2)
+    assert not (tmp_path / "report").exists()
+
+
+def _fp8_then(out: Path, then: str, seen: list):
+    """A run_bounded standing in for the runner: fp8 writes its records and a run.json, moe
+    runs the real run_bounded on `then` (within 60 s)."""
+    real = budget.run_bounded
+
+    def run(command, limit_s, **kwargs):
+        if "run" not in command:
+            return budget.Outcome(0, 0.0, False, ["ok"])
+        notebook = command[command.index("--only") + 1]
+        seen.append(notebook)
+        if notebook == "fp8":
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "fp8.results.json").write_text("[]")
+            (out / "run.json").write_text("{}")
+            return budget.Outcome(0, 0.1, False, ["  fp8: ok"])
+        return real(_python(then), 60.0, **{**kwargs, "grace_s": 2.0})
+
+    return run
+
+
+def _archived(path: Path) -> set:
+    with tarfile.open(path) as tar:
+        return set(tar.getnames())
+
+
+def test_sigterm_after_fp8_leaves_an_archive_holding_fp8s_records(monkeypatch, tmp_path):
+    out, seen = tmp_path / "report", []
+    pid_file = tmp_path / "moe.pid"
+    then = (
+        "import os, signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        f"os.kill({os.getpid()}, signal.SIGTERM); time.sleep(60)"  # the host's kill, mid-moe
+    )
+    monkeypatch.setattr(cli, "run_bounded", _fp8_then(out, then, seen))
+    started = time.monotonic()
+    assert cli.cmd_device_plan(_args(tmp_path, archive=str(tmp_path / "back.tar.gz"))) == 130
+    assert seen == ["fp8", "moe"] and time.monotonic() - started < 30
+    assert "report/fp8.results.json" in _archived(tmp_path / "back.tar.gz")
+    assert (
+        not psutil.pid_exists(int(pid_file.read_text()))
+        or psutil.Process(int(pid_file.read_text())).status() == "zombie"
+    )
+    assert not [p for p in tmp_path.iterdir() if "partial" in p.name]
+
+
+def test_a_refused_plan_still_archives_what_ran(monkeypatch, tmp_path):
+    out, seen = tmp_path / "report", []
+    then = "import sys; print('error: moe refused'); sys.exit(2)"
+    monkeypatch.setattr(cli, "run_bounded", _fp8_then(out, then, seen))
+    assert cli.cmd_device_plan(_args(tmp_path, archive=str(tmp_path / "back.tar.gz"))) == 2
+    assert "report/fp8.results.json" in _archived(tmp_path / "back.tar.gz")
+
+
+def _record(case: str) -> Record:
+    return Record(topic="t", case=case, implementation="i", device="cpu", backend="cpu")
+
+
+def test_a_section_s_records_are_saved_as_it_ends_under_the_runner(monkeypatch, tmp_path):
+    seen = []
+    plan = Plan(
+        "t",
+        [
+            Section("first", lambda ctx: [_record("first")], "one"),
+            Section("second", lambda ctx: seen.append(_saved(tmp_path)) or [], "none"),
+        ],
+    )
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(NOTEBOOK_ENV, raising=False)
+    plan.run("first", Context(None, None))
+    assert not list(tmp_path.iterdir()), "only where the runner names the notebook"
+    monkeypatch.setenv(NOTEBOOK_ENV, "nb")
+    plan.suite(Context(None, None))
+    assert seen == [["first"]]  # saved before the next section began
+
+
+def _saved(folder: Path) -> list[str]:
+    return [r["case"] for r in json.loads((folder / "nb.results.json").read_text())]
+
+
+STOPPED_NOTEBOOK = (
+    "from kernel_lib.plan import Context, Plan, Section\n"
+    "from kernel_lib.records import Record, save_notebook_records\n"
+    "def section(name):\n"
+    "    record = Record(topic='t', case=name, implementation='i', device='cpu', backend='cpu')\n"
+    "    return Section(name, lambda ctx: [record], name)\n"
+    "PLAN = Plan('t', [section('first'), section('second'), section('third')])\n"
+    "ctx = Context(None, None)",
+    "PLAN.run('first', ctx)",
+    "PLAN.run('second', ctx)",
+    "import time\ntime.sleep(120)",
+    "PLAN.run('third', ctx)",
+    "save_notebook_records(ctx.records, 'nb', globals())",
+)
+
+
+def test_a_notebook_stopped_after_its_first_sections_keeps_them_in_the_report(
+    tmp_path, write_notebook
+):
+    """The runner (a real kernel) gets SIGINT, as at its share of the budget, once two sections
+    have ended: the report holds them, its notebook `stopped`; exit 130 in one line."""
+    nbs, prm, out = tmp_path / "notebooks", tmp_path / "parameters", tmp_path / "runs" / "out"
+    nbs.mkdir(), prm.mkdir()
+    write_notebook(nbs / "nb.ipynb", *STOPPED_NOTEBOOK)
+    (prm / "p.yaml").write_text("workbook: {notebooks: [nb]}\n")
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from kernel_lib import __main__ as cli, params\n"
+        f"params.PARAMETERS_DIR, params.NOTEBOOKS_DIR = {str(prm)!r}, {str(nbs)!r}\n"
+        "params.PARAMETERS_DIR, params.NOTEBOOKS_DIR = map(params.Path, "
+        "(params.PARAMETERS_DIR, params.NOTEBOOKS_DIR))\n"
+        f"sys.exit(cli.main(['run', '--platform', 'p', '--no-progress', '--out', {str(out)!r}]))"
+    )
+    runner = subprocess.Popen(
+        _python(code), cwd=ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and runner.poll() is None:
+            staged = list(out.parent.glob(".staging-out-*/nb.results.json"))
+            with contextlib.suppress(OSError, ValueError):
+                if staged and len(json.loads(staged[0].read_text())) == 2:
+                    break
+            time.sleep(0.2)
+        runner.send_signal(signal.SIGINT)
+        err = runner.communicate(timeout=60)[1]
+    finally:
+        runner.kill()
+    assert runner.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted: nb stopped")
+    (notebook,) = json.loads((out / "run.json").read_text())["notebooks"]
+    assert notebook["status"] == "stopped" and "2 records" in notebook["detail"]
+    assert _saved(out) == ["first", "second"]
+    assert (out / "index.html").exists()
+
+
+def test_the_preflight_counts_its_items_that_failed(monkeypatch, tmp_path, capsys):
+    said = ["scaled_mm        ok: relative error: 2e-03 (0.1 s)", "triton  error: RuntimeError: x"]
+    standin = _runner_standin(tmp_path / "report", {"fp8": "print('  fp8: ok')"})
+
+    def run(command, *args, **kwargs):
+        if "kernel_lib.device_plan.preflight" in command:
+            return budget.Outcome(1, 0.1, False, said)
+        return standin(command, *args, **kwargs)
+
+    monkeypatch.setattr(cli, "run_bounded", run)
+    assert cli.cmd_device_plan(_args(tmp_path, only="fp8")) == 0
+    assert "preflight: 1 items failed" in capsys.readouterr().out

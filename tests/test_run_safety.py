@@ -188,7 +188,7 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_the_previous_report(run, out, mo
     assert run(out)[0] == 0
     before = files(out.parent)
     monkeypatch.setattr("kernel_lib.run.plan.execute", interrupt)
-    code, err = run(out, "--repeat", repeat)
+    code, err = run(out, "--repeat", repeat, "--replace")
     assert code == 130
     assert last_line(err) == f"interrupted: the previous report in {out} is unchanged"
     assert files(out.parent) == before

@@ -204,7 +204,7 @@ def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, write_notebook):
     assert 'href="run-1/timed.html"' in index and 'href="run-2/timed.html"' in index
     assert "Records across runs" in index and "Correctness: checks per notebook" in index
     assert 'href="p/index.html"' in (out.parent / "index.html").read_text()  # the gallery
-    run_repeated(plan, out, 1, progress=False)  # back to one run: today's layout
+    run_repeated(plan, out, 1, progress=False, replace=True)  # back to one run (--replace)
     assert not list(out.glob("run-*")) and (out / "timed.html").exists()
     assert "repeat" not in json.loads((out / "run.json").read_text())
 

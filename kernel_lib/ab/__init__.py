@@ -40,6 +40,7 @@ from kernel_lib.compare import (
 from kernel_lib.measure import slowdowns
 from kernel_lib.outdir import locked
 from kernel_lib.params import ROOT, ParameterError, load_plan, parse_override
+from kernel_lib.writes import refuse_checkout, report_holding, write_text
 
 STORE = ROOT / ".cache" / "ab"  # git-ignored
 STATE = "ab.json"
@@ -119,8 +120,11 @@ def _default_out(identity: dict) -> Path:
 def _previous(out: Path, identity: dict, resume: bool) -> dict | None:
     """The state of the ab run in `out` that --resume continues (None: a new one); ParameterError
     when `out` is not ours to fill or does not match."""
-    if out == ROOT or out in ROOT.parents or (out.exists() and not out.is_dir()):
-        raise ParameterError(f"--out {out} is a file or holds the repository")
+    refuse_checkout(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise ParameterError(f"--out {out} is a file")
+    if report_holding(out) is not None:
+        raise ParameterError(f"--out {out} is in the report {report_holding(out)}")
     state = None
     if (out / STATE).exists():
         try:
@@ -176,8 +180,8 @@ def _compare(out: Path, state: dict, failed: list[str]) -> int:
         print(f"error: compare: {err}", file=sys.stderr)
         return 1
     sys.stdout.write(_header(state) + to_text(comparison))
-    (out / "compare.json").write_text(json.dumps(to_json(comparison), indent=1) + "\n")
-    (out / "compare.html").write_text(to_html(comparison))
+    write_text(out / "compare.json", json.dumps(to_json(comparison), indent=1) + "\n")
+    write_text(out / "compare.html", to_html(comparison))
     print(f"html: {out / 'compare.html'}\njson: {out / 'compare.json'}")
     named = {part for key in comparison.table["key"] for part in key.split("/")[2:3]}
     for impl in sorted(slowdowns(state["slow_b"] or "").keys() - named):
@@ -201,13 +205,13 @@ def _keep_noise_floor(out: Path, state: dict, comparison) -> None:
         out=str(out),
     )
     text = json.dumps(floor, indent=1) + "\n"
-    (out / NOISE_FLOOR_FILE).write_text(text)
+    write_text(out / NOISE_FLOOR_FILE, text)
     kept = STORE / f"noise-floor-{state['platform']}.json"
     held = _floor_at_hand(state["platform"], floor["device"])
     if held and held["runs_a_side"] > floor["runs_a_side"]:  # fewer runs do not replace it
         print(f"noise floor of this A/A: {out / NOISE_FLOOR_FILE} ({kept} has more runs a side)")
         return
-    kept.write_text(text)
+    write_text(kept, text)
     print(f"noise floor of this A/A: {kept}")
 
 
@@ -239,7 +243,9 @@ def ab(
     before anything is made or run."""
     state = {"runs": _runs(runs), "factor": _factor(factor), "slow_b": _slowdown(slow_b)}
     names = [n.strip() for n in only.split(",") if n.strip()] if only is not None else None
-    plan = load_plan(platform, overrides=dict(parse_override(p) for p in params), only=names)
+    plan = load_plan(
+        platform, overrides=dict(parse_override(p) for p in params), only=names, here=True
+    )
     commits = {"A": resolve(ROOT, rev_a, "REV_A"), "B": resolve(ROOT, rev_b, "REV_B")}
     _check_sides(commits, plan.platform, names)
     identity = {"a": commits["A"], "b": commits["B"], "platform": plan.platform}
@@ -255,7 +261,7 @@ def ab(
         state.update(identity, revisions={"A": rev_a, "B": rev_b})
         state["started_utc"] = previous.get("started_utc", started)
         out.mkdir(exist_ok=True)
-        (out / STATE).write_text(json.dumps(state, indent=1) + "\n")
+        write_text(out / STATE, json.dumps(state, indent=1) + "\n")
         sides = {
             s: rounds.Side(
                 s,

@@ -121,7 +121,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     status.set_defaults(func=cmd_status)
 
     collect = actions.add_parser(
-        "collect", help="copy finished reports into outputs/<platform>/ and rebuild the gallery"
+        "collect",
+        help="copy finished reports into outputs/<platform>/ (replacing only reports, each "
+        "swapped in once complete) and rebuild the gallery",
     )
     collect.add_argument("source", help="the --bucket URL given to launch, or a local folder")
     collect.add_argument("--out", default=str(ROOT / "outputs"), help="default: outputs/")

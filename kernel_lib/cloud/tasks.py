@@ -73,9 +73,10 @@ fi
 make {setup} PLATFORM="$PLATFORM"
 """
 # The report is copied into the bucket even when a notebook failed (its report says which);
-# the job's exit status is make's.
+# the job's exit status is make's. REPLACE: the checkout's committed report of this platform (in
+# git, made on another machine or with other runs) gives way to the job's.
 RUN = """\
-make report PLATFORM="$PLATFORM" REPEAT="$REPEAT" ONLY="$ONLY"
+make report PLATFORM="$PLATFORM" REPEAT="$REPEAT" ONLY="$ONLY" REPLACE=1
 status=$?
 if [ -d "outputs/$PLATFORM" ]; then
   mkdir -p "$RESULTS/$PLATFORM" && cp -r "outputs/$PLATFORM/." "$RESULTS/$PLATFORM/"

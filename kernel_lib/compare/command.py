@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from kernel_lib.compare.render import to_html, to_json, to_text
 from kernel_lib.compare.runs import CompareError
 from kernel_lib.compare.verdict import DEFAULT_FACTOR, RESOLVED_RUNS
 from kernel_lib.params import ParameterError
+from kernel_lib.writes import output_file, write_text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m kernel_lib compare",
         usage="%(prog)s A... -- B... [--factor F] [--noise-floor FILE] [--json] [--html FILE] "
         "[--all]",
-        description="Compare report folders A (before) with report folders B (after).",
+        description="Compare report folders A (before) with report folders B (after). A side may "
+        "also name runs of the results store (docs/history.md): cpu@latest, cpu@previous (the "
+        "platform's latest report, the one before it) or a run id.",
         epilog=verdict.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -44,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
         help="an A/A's noise-floor.json (of `ab REV REV`): shown, and sets the default factor",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--html", metavar="FILE", help="also write an HTML page")
+    parser.add_argument(
+        "--html", metavar="FILE", help="also write an HTML page (never into a report folder)"
+    )
     parser.add_argument("--all", action="store_true", help="table every record, not the changes")
     return parser
 
@@ -76,22 +82,34 @@ def cli(argv: list[str]) -> int:
     """The `compare` command: print the comparison, return its exit code (2: bad input)."""
     try:
         args = parse_args(argv)
+        html = output_file(args.html, "--html") if args.html else None  # before anything runs
+        if html is None and args.html:
+            raise CompareError("--html -: name a file (the table is already on standard output)")
+        if {Path(f).resolve() for f in args.a} == {Path(f).resolve() for f in args.b}:
+            raise CompareError(
+                "A and B are the same report folders: every ratio would be 1 (two runs of one "
+                "revision, an A/A, is `python -m kernel_lib ab REV REV`)"
+            )
         floor = read_noise_floor(args.noise_floor) if args.noise_floor else None
         comparison = compare_folders(args.a, args.b, factor=args.factor, noise_floor=floor)
     except ParameterError as err:  # a CompareError, or a damaged report file
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.json:
-        json.dump(to_json(comparison), sys.stdout, indent=1)
-        print()
-    else:
-        sys.stdout.write(to_text(comparison, show_all=args.all))
-    if args.html:
+    if html is not None:
         try:
-            Path(args.html).write_text(to_html(comparison))
+            write_text(html, to_html(comparison))
         except OSError as err:
-            print(f"error: --html {args.html}: {err.strerror}", file=sys.stderr)
-            return 2
-        if not args.json:
-            print(f"html: {args.html}")
+            print(f"error: --html {args.html}: {err.strerror or err}", file=sys.stderr)
+            return max(comparison.exit_code, 1)
+    try:
+        if args.json:
+            json.dump(to_json(comparison), sys.stdout, indent=1)
+            print()
+        else:
+            sys.stdout.write(to_text(comparison, show_all=args.all))
+            if html is not None:
+                print(f"html: {args.html}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `compare ... | head` stopped reading: the verdict stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return comparison.exit_code

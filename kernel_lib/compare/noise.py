@@ -16,6 +16,12 @@ NOISE_FLOOR_KEYS = (
     "ratio_p05", "ratio_p95", "verdicts",
 )  # fmt: skip
 
+NUMBER = (int, float)
+NOISE_FLOOR_TYPES = {
+    "runs_a_side": (int,), "factor": NUMBER, "records": (int,), "ratio_low": NUMBER, "ratio_high": NUMBER, "ratio_p05": NUMBER,
+    "ratio_p95": NUMBER, "verdicts": (dict,),
+}  # fmt: skip
+
 
 def noise_floor(c: Comparison) -> dict:
     """What an A/A comparison (the same code on both sides, runs interleaved) measured: how far
@@ -55,6 +61,17 @@ def read_noise_floor(path: str | Path) -> dict:
         ) from None
     if not isinstance(floor, dict) or not set(NOISE_FLOOR_KEYS) <= floor.keys():
         raise CompareError(f"--noise-floor {path}: not a noise floor (needs {NOISE_FLOOR_KEYS})")
+    for key, kind in NOISE_FLOOR_TYPES.items():
+        value = floor[key]
+        if not isinstance(value, kind) or isinstance(value, bool) or value != value:
+            raise CompareError(
+                f"--noise-floor {path}: {key} = {str(value)[:40]!r} is not "
+                f"{' or '.join(k.__name__ for k in kind)}"
+            )
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in floor["verdicts"].values()):
+        raise CompareError(f"--noise-floor {path}: verdicts must count records (integers)")
+    if not isinstance(floor.get("measured_utc") or "", str):
+        raise CompareError(f"--noise-floor {path}: measured_utc is not a date (text)")
     return floor
 
 
@@ -67,7 +84,7 @@ def describe_noise_floor(floor: dict | None) -> str:
         )
     when = f", {floor['measured_utc'][:10]}" if floor.get("measured_utc") else ""
     if isinstance(floor.get("notebooks"), list):
-        when += f", notebooks {','.join(floor['notebooks'])}"
+        when += f", notebooks {','.join(map(str, floor['notebooks']))}"
     called = ", ".join(f"{n} {v}" for v, n in floor["verdicts"].items())
     return (
         f"noise floor: an A/A of git {floor['git']} on {floor['device']} (runs a side: "

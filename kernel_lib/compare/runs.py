@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from kernel_lib.history import store
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, record_id
 from kernel_lib.report import aggregate
@@ -88,11 +90,67 @@ def load_run(folder: str | Path) -> Run:
     )
 
 
+def stored_runs(path: Path, rows: list[dict]) -> list[Run]:
+    """The runs of the results store at `path` whose rows (store.runs) are `rows`, with their
+    records as saved."""
+    by_run: dict[str, dict[str, dict]] = {r["run_id"]: {} for r in rows}
+    for rec in store.records(path, list(by_run)):
+        row = json.loads(rec["record"])
+        by_run[rec["run_id"]][match_key(row)] = row
+    return [
+        Run(
+            folder=Path(r["folder"]),
+            platform=r["platform"],
+            device=r["device"],
+            run_id=r["run_id"],
+            git=r["git"],
+            records=by_run[r["run_id"]],
+        )
+        for r in rows
+    ]
+
+
+STORE_NAMES = {"latest": -1, "previous": -2}  # <platform>@latest: its latest report
+
+
+def named_runs(name: str, path: Path | None = None) -> list[Run]:
+    """The runs of the results store (`store.store_path`) that `name` names: `<platform>@latest`
+    (the latest report's runs: one, or the N of --repeat N), `<platform>@previous` (the report
+    before it), or a run id or report id; CompareError when it names none."""
+    path = path or store.store_path()
+    platform, at, which = name.partition("@")
+    if not at and not path.exists():
+        raise CompareError(f"{name}: no such folder (nor a run id: no results store at {path})")
+    rows = store.runs(path, platform if at else None)
+    if not at:
+        chosen = [r for r in rows if name in (r["run_id"], r["report"])]
+        if not chosen:
+            raise CompareError(f"{name}: no such folder, nor a run id in the store {path}")
+        return stored_runs(path, chosen)
+    if which not in STORE_NAMES:
+        raise CompareError(f"{name}: {platform}@ is followed by {' or '.join(STORE_NAMES)}")
+    reports = list(dict.fromkeys(r["report"] for r in rows))
+    if len(reports) < -STORE_NAMES[which]:
+        raise CompareError(
+            f"{name}: the store {path} holds {len(reports)} report(s) of {platform}"
+        )
+    return stored_runs(path, [r for r in rows if r["report"] == reports[STORE_NAMES[which]]])
+
+
 def load_side(folders: list[str | Path]) -> list[Run]:
-    """Every run of the given report folders, in order."""
+    """Every run of the given report folders (or runs of the results store: `named_runs`), in
+    order."""
     if not folders:
         raise CompareError("a side has no report folder")
-    return [load_run(run) for folder in folders for run in run_folders(folder)]
+    return [
+        run
+        for folder in folders
+        for run in (
+            [load_run(r) for r in run_folders(folder)]
+            if Path(folder).exists()
+            else named_runs(str(folder))
+        )
+    ]
 
 
 def _by_key(runs: list[Run]) -> dict[str, list[dict]]:

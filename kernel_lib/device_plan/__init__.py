@@ -2,7 +2,8 @@
 (`python -m kernel_lib.device_plan`, or `python -m kernel_lib device-plan` once papermill is
 there): `wheels` (the carried wheels: offline install, kernel, environment, closure check),
 `preflight` (one line per thing the notebooks rely on), `budget` (children held to time limits,
-each notebook's share), `cli` (the steps, the archive)."""
+each notebook's share), `checks` (the input, before anything runs), `cli` (the steps,
+the archive after every notebook)."""
 
 from kernel_lib.device_plan.cli import add_parser, main
 

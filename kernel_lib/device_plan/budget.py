@@ -1,8 +1,10 @@
 """Child processes held to wall-clock limits, and each notebook's share of the time left.
 
-At its limit a child gets SIGINT (the runner then stops its notebook and leaves the report as it
-was: the notebooks run before keep their records), and after GRACE_S it and every process it
-started get SIGKILL (a notebook kernel runs in its own session, out of the child's group).
+At its limit a child gets SIGINT (the runner then stops its notebook, keeps the sections it
+finished as a `stopped` notebook and writes the report), and after GRACE_S it and every process it
+started get SIGKILL (a notebook kernel runs in its own session, out of the child's group): the
+tree is frozen (SIGSTOP) level by level before the kill, so nothing it starts meanwhile escapes,
+and `_stop` returns once every one of them is gone.
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import psutil
-
-GRACE_S = 15.0  # SIGINT -> SIGKILL: the runner's kernel shutdown takes up to ~5 s
+GRACE_S = 30.0  # SIGINT -> SIGKILL: the runner stops its kernel (~5 s), then writes the report
+GONE_S = 10.0  # at most, after SIGKILL, for the processes to be gone
 # A notebook's weight in the split of the time left; the first ones are the most wanted.
-WEIGHTS = {"fp8": 3, "flex_attention": 4, "moe": 3}
-DEFAULT_WEIGHT = 2  # the backend notebooks and any other
+WEIGHTS = {"fp8": 4, "flex_attention": 4, "moe": 3}
+DEFAULT_WEIGHT = 2  # the backend notebooks (out of the quick plans) and any other
 
 
 @dataclass(frozen=True)
@@ -38,23 +39,72 @@ def share(notebook: str, remaining: Sequence[str], seconds_left: float) -> float
     return seconds_left * weight(notebook) / sum(weight(name) for name in remaining)
 
 
-def _stop(process: subprocess.Popen, grace_s: float) -> None:
-    """SIGINT to `process`; after `grace_s`, SIGKILL to it and what it had started."""
+def _tree(pid: int, known: list) -> list:
+    """The process `pid` and every descendant, each suspended (SIGSTOP: it starts nothing more)
+    before its children are listed, with `known` (found earlier: one whose parent has gone is no
+    longer below `pid`)."""
+    import psutil  # here: `--help` and the plan's checks run on an image without psutil
+
     try:
-        tree = psutil.Process(process.pid).children(recursive=True)
+        queue = [psutil.Process(pid)]
     except psutil.NoSuchProcess:
-        tree = []
+        queue = []
+    found = {p.pid: p for p in known}
+    while queue:
+        process = queue.pop()
+        found.setdefault(process.pid, process)
+        try:
+            process.suspend()
+            children = process.children()
+        except psutil.NoSuchProcess:
+            continue
+        queue += [c for c in children if c.pid not in found]
+    return list(found.values())
+
+
+def _gone(processes: list, timeout_s: float) -> None:
+    """Wait until each of `processes` has exited (a zombie has: its memory is freed)."""
+    import psutil  # here: see _tree
+
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        while time.monotonic() < deadline:
+            try:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.02)
+
+
+def _stop(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGINT to `process`; after `grace_s` (or once it has exited, or at a Ctrl-C meanwhile,
+    which goes on up afterwards), SIGKILL to what is left of it and of every process it started;
+    returns once they are gone."""
+    import psutil  # here: see _tree
+
+    try:
+        known = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        known = []
     process.send_signal(signal.SIGINT)
+    interrupted = False
     try:
         process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        process.kill()
-    for child in tree:  # psutil checks the pid still names the same process
+        pass
+    except KeyboardInterrupt:  # a second Ctrl-C (or SIGTERM): no more grace
+        interrupted = True
+    tree = _tree(process.pid, known) if process.poll() is None else known
+    for member in tree:  # psutil checks the pid still names the same process
         try:
-            child.kill()
+            member.kill()
         except psutil.NoSuchProcess:
             pass
     process.wait()
+    _gone(tree, GONE_S)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def run_bounded(
@@ -67,7 +117,8 @@ def run_bounded(
     grace_s: float = GRACE_S,
 ) -> Outcome:
     """Run `command` with its output passed line by line to `echo`, stopped (`_stop`) once it
-    has run `limit_s` seconds. Ctrl-C here stops it the same way, then goes on up."""
+    has run `limit_s` seconds. Ctrl-C here stops it the same way, then goes on up. What a child
+    prints once it is being stopped (a kernel's traceback) is kept in the outcome, not echoed."""
     started = time.monotonic()
     process = subprocess.Popen(
         command,
@@ -79,12 +130,13 @@ def run_bounded(
         cwd=cwd,
         start_new_session=True,  # a terminal's Ctrl-C reaches us, and we decide what it stops
     )
-    lines = []
+    lines, stopping = [], threading.Event()
 
     def pump():
         for line in process.stdout:
             lines.append(line.rstrip("\n"))
-            echo(lines[-1])
+            if not stopping.is_set():
+                echo(lines[-1])
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -93,8 +145,10 @@ def run_bounded(
         process.wait(timeout=max(limit_s, 0.0))
     except subprocess.TimeoutExpired:
         stopped = True
+        stopping.set()
         _stop(process, grace_s)
     except KeyboardInterrupt:
+        stopping.set()
         _stop(process, grace_s)
         raise
     reader.join(timeout=5.0)  # a kernel killed with its parent may hold the pipe a moment longer

@@ -1,48 +1,59 @@
 """`python -m kernel_lib device-plan`, or `python -m kernel_lib.device_plan` on a host without
 papermill yet: a GPU report within one short command on a host whose image holds PyTorch and no
-package index. It installs the carried wheels (once), runs the preflight, then each notebook of
-the platform's quick plan within its share of the budget (budget.py), and archives the report to
-copy back; one line per step with the time spent and the time left.
+package index. It checks its input (checks.py), installs the carried wheels (once), runs the
+preflight, then each notebook of the platform's quick plan within its share of the budget
+(budget.py), and archives the report to copy back after every notebook and at the end, whatever
+ends it (an error, Ctrl-C, SIGTERM); one line per step with the time spent and the time left.
 
 Exit codes: 0 every notebook ok or skipped; 1 a notebook failed, was stopped or not started, the
-install failed, or (--dry-run) the wheels would not install on the host; 2 bad input; 130 Ctrl-C.
+install failed, or (--dry-run) the wheels would not install on the host; 2 bad input; 130 Ctrl-C
+or SIGTERM (the running step stopped, the report archived).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
-import re
+import signal
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
-import yaml
-
 from kernel_lib.device_plan import wheels
 from kernel_lib.device_plan.budget import GRACE_S, Outcome, run_bounded, share
-from kernel_lib.params import ParameterError, check_platform  # papermill only when used
+from kernel_lib.device_plan.checks import (
+    OUTPUTS,
+    PARAMETERS,
+    PlanError,
+    check_archive,
+    check_out,
+    check_params,
+    params_by_notebook,
+    plan_notebooks,
+)
+from kernel_lib.params import ParameterError  # papermill only when used
 
 ROOT = wheels.ROOT
-PARAMETERS = ROOT / "parameters"
-NOTEBOOKS = ROOT / "notebooks"
-OUTPUTS = ROOT / "outputs"
 REHEARSALS = ROOT / ".cache" / "device-plan"  # --dry-run's report folders, never outputs/
 DEFAULT_BUDGET_S = 540.0  # one 9-minute command under a 10-minute limit
 SETUP_S = 120.0  # at most, each: the pip install, the kernel registration, the platform detection
 PREFLIGHT_S = 60.0
+SETUP_ESTIMATE_S = 75.0  # --plan-only: detection, install, kernel and preflight, on a warm host
 RESERVE_S = GRACE_S + 10.0  # kept back from the notebooks: stopping one, then the archive
 MIN_NOTEBOOK_S = 30.0  # a notebook given less is not started
 LOG_NAME = "device-plan.log"  # this command's output, beside the report in the archive
-DETECT = "from kernel_lib.platform import detect_platform; print(detect_platform())"
+ARCHIVE_MAX_BYTES = 16 * 2**20  # what a host copies back, per file
+PLATFORM_LINE = "platform: "  # the detection child's answer, whatever else it prints
+DETECT = (
+    "from kernel_lib.platform import detect_platform; "
+    f"print({PLATFORM_LINE!r} + detect_platform(), flush=True)"
+)
 DONE = ("ok", "skipped")  # the runner's statuses of a notebook that ran to its end
-
-
-class PlanError(ParameterError):
-    """Bad input: one line, exit 2, nothing run."""
 
 
 class Progress:
@@ -109,70 +120,50 @@ def install(progress: Progress, source: Path, target: Path, *, dry_run: bool, en
 
 def quick_platform(progress: Progress, env: dict) -> str:
     """The platform this device matches (a subprocess: this process never opens the GPU), its
-    `-quick` plan where there is one."""
+    `-quick` plan where there is one. Its answer is the line that says so: a warning after it,
+    on stdout or stderr, changes nothing."""
     outcome = _run(progress, [sys.executable, "-c", DETECT], SETUP_S, env, quiet=True)
-    if outcome.returncode or not outcome.lines:
+    said = [line for line in outcome.lines if line.startswith(PLATFORM_LINE)]
+    if outcome.returncode or not said:
         raise PlanError(f"no platform detected ({(outcome.lines or ['no output'])[-1]})")
-    detected = outcome.lines[-1].strip()
+    detected = said[-1][len(PLATFORM_LINE) :].strip()
     quick = f"{detected}-quick"
     platform = quick if (PARAMETERS / f"{quick}.yaml").exists() else detected
     progress.step(f"platform: {detected} -> parameters/{platform}.yaml")
     return platform
 
 
-def plan_notebooks(platform: str, only: str | None) -> list[str]:
-    """The notebooks of parameters/<platform>.yaml in its order (the runner checks the rest of
-    the file), or the `only` ones among them."""
-    path = PARAMETERS / f"{check_platform(platform)}.yaml"
-    settings = (yaml.safe_load(path.read_text()) or {}).get("workbook") or {}
-    notebooks = settings.get("notebooks")
-    if not isinstance(notebooks, list) or not notebooks:
-        raise PlanError(f"parameters/{platform}.yaml: needs `workbook: {{notebooks: [...]}}`")
-    if only is None:
-        return notebooks
-    chosen = [n.strip() for n in only.split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in notebooks]
-    if unknown or not chosen:
-        raise PlanError(f"--only {only!r}: choose from {platform}'s notebooks {notebooks}")
-    return [n for n in notebooks if n in chosen]
+def _entry(out: Path, notebook: str) -> dict:
+    """`notebook`'s line in the report's run.json ({} where there is none)."""
+    try:
+        run = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return next((n for n in run.get("notebooks", []) if n.get("notebook") == notebook), {})
 
 
-def declared(notebook: str) -> set[str]:
-    """The names the notebook's `parameters` cell sets (read here: papermill, whose reader the
-    runner uses, may not be installed yet)."""
-    cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
-    tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    source = "".join(line for cell in tagged for line in cell["source"])
-    return set(re.findall(r"^(\w+)\s*[:=]", source, re.MULTILINE))
-
-
-def params_by_notebook(notebooks: list[str], params: list[str]) -> dict[str, list[str]]:
-    """notebook -> the `-p NAME=VALUE` it declares (each notebook runs alone, and the runner
-    refuses a name its notebooks lack); PlanError for a name none of them declares."""
-    names = {notebook: declared(notebook) for notebook in notebooks}
-    for param in params:
-        name = param.partition("=")[0].strip()
-        if not any(name in known for known in names.values()):
-            raise PlanError(f"-p {param!r}: not a parameter of {', '.join(notebooks)}")
-    return {
-        notebook: [p for p in params if p.partition("=")[0].strip() in names[notebook]]
-        for notebook in notebooks
-    }
-
-
-def _status(notebook: str, outcome: Outcome, limit_s: float) -> str:
+def _status(notebook: str, outcome: Outcome, limit_s: float, out: Path) -> str:
     """The runner's closing line for `notebook` ('ok', 'failed: cell 14: ...'), or why none."""
     if outcome.stopped:
+        entry = _entry(out, notebook)
+        if entry.get("status") == "stopped":
+            return f"stopped at its share of {limit_s:.0f} s: {entry.get('detail', '')}"
         return f"stopped at its share of {limit_s:.0f} s (its records are lost, not the others')"
     said = [line.strip() for line in outcome.lines if line.strip().startswith(f"{notebook}: ")]
     return said[-1].split(": ", 1)[1] if said else f"exit {outcome.returncode}"
 
 
 def run_notebooks(
-    progress: Progress, platform: str, notebooks: list[str], out: Path, params: list, env: dict
+    progress: Progress,
+    platform: str,
+    notebooks: list[str],
+    out: Path,
+    params: list,
+    env: dict,
+    after=lambda: None,
 ) -> dict[str, str]:
     """Each notebook as its own `kernel_lib run --only` into `out` (each run keeps the others'
-    results), within its share of the time left; notebook -> status."""
+    results), within its share of the time left, `after()` each; notebook -> status."""
     statuses, params = {}, params_by_notebook(notebooks, params)
     for index, notebook in enumerate(notebooks):
         limit = share(notebook, notebooks[index:], progress.left() - RESERVE_S)
@@ -187,42 +178,85 @@ def run_notebooks(
             *(f"--param={p}" for p in params[notebook]),
         ]
         outcome = _run(progress, command, limit, env)
-        statuses[notebook] = _status(notebook, outcome, limit)
+        statuses[notebook] = _status(notebook, outcome, limit, out)
         progress.step(f"{notebook}: {statuses[notebook]} ({outcome.seconds:.0f} s)")
         if outcome.returncode == 2 and not outcome.stopped:  # bad input: every run would refuse
             raise PlanError(f"{notebook}: the runner refused the plan (its message is above)")
+        after()
     return statuses
 
 
 def write_archive(report: Path, path: Path, log: list[str]) -> Path:
     """`report` as `<name>/...` in the tar.gz `path`, with `log` as `<name>/device-plan.log`;
-    written whole or not at all."""
+    written whole or not at all (a partial file renamed over it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.partial")
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
     data = ("\n".join(log) + "\n").encode()
     member = f"{report.name}/{LOG_NAME}"
-    with tarfile.open(partial, "w:gz") as tar:
-        tar.add(report, arcname=report.name, filter=lambda m: None if m.name == member else m)
-        info = tarfile.TarInfo(member)
-        info.size, info.mtime = len(data), int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-    partial.replace(path)
+    try:
+        with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+            tar.add(report, arcname=report.name, filter=lambda m: None if m.name == member else m)
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime = len(data), int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
+
+
+def archive(progress: Progress, report: Path, path: Path) -> None:
+    """The archive of `report` so far (nothing before its first notebook has run); a failure to
+    write it is a line, and the plan goes on."""
+    if not (report / "run.json").exists():
+        return
+    progress.step(f"archive: {_display(path.resolve())}")
+    try:
+        size = write_archive(report, path, progress.log).stat().st_size
+    except OSError as err:
+        progress.child(f"not written: {err.strerror or err}")
+        return
+    if size > ARCHIVE_MAX_BYTES:
+        progress.child(f"{size / 2**20:.1f} MiB: more than a host may copy back (16 MiB)")
 
 
 def _display(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def cmd_device_plan(args) -> int:
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         return _device_plan(args)
     except ParameterError as err:  # a PlanError, or a platform that is not a parameter file
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # the step running was stopped (budget.run_bounded)
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # the step running was stopped (budget.run_bounded)
+        print(f"interrupted{f' ({err})' if str(err) else ''}", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, before)
+
+
+def plan_shares(progress: Progress, notebooks: list[str]) -> None:
+    """--plan-only: each notebook's share when the setup takes SETUP_ESTIMATE_S and each one
+    before it uses all of its own (one that finishes early leaves its time to the later ones)."""
+    left = progress.budget_s - SETUP_ESTIMATE_S - RESERVE_S
+    progress.step(
+        f"plan: {progress.budget_s:.0f} s budget - ~{SETUP_ESTIMATE_S:.0f} s setup - "
+        f"{RESERVE_S:.0f} s reserve = {left:.0f} s for {len(notebooks)} notebooks"
+    )
+    for index, notebook in enumerate(notebooks):
+        limit = share(notebook, notebooks[index:], left)
+        left -= limit
+        note = "" if limit >= MIN_NOTEBOOK_S else f" (under {MIN_NOTEBOOK_S:.0f} s: not started)"
+        progress.child(f"{notebook}: {limit:.0f} s{note}")
 
 
 def _device_plan(args) -> int:
@@ -232,13 +266,10 @@ def _device_plan(args) -> int:
     target = Path(args.target).resolve() if args.target else ROOT / ".cache" / "device-site"
     if not any(source.glob("*.whl")):
         raise PlanError(f"--wheels {_display(source)}: no wheels there (make device-wheels)")
+    out = check_out(Path(args.out).resolve()) if args.out else None
+    path = check_archive(Path(args.archive).resolve()) if args.archive else None
     if args.platform:  # a bad name, --only or -p before anything runs
-        params_by_notebook(plan_notebooks(args.platform, args.only), args.param)
-    out = Path(args.out).resolve() if args.out else None
-    if out in (OUTPUTS / "reference", ROOT):
-        raise PlanError(
-            f"--out {args.out}: the nbval reference set and the checkout stay as they are"
-        )
+        check_params(args.platform, plan_notebooks(args.platform, args.only), args.param)
     progress = Progress(args.budget_s)
     env = {
         **os.environ,
@@ -248,6 +279,25 @@ def _device_plan(args) -> int:
             "TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor")
         ),
     }
+    platform = args.platform or quick_platform(progress, env)  # needs torch only, no wheel
+    notebooks = plan_notebooks(platform, args.only)
+    if not args.platform:
+        check_params(platform, notebooks, args.param)
+    if args.plan_only:
+        plan_shares(progress, notebooks)
+        return 0
+    out = out or check_out((REHEARSALS if args.dry_run else OUTPUTS) / platform)
+    default = Path(os.environ.get("OUT") or out.parent) / f"{out.name}.tar.gz"
+    path = path or check_archive(default.resolve())
+    try:
+        return _steps(args, progress, source, target, env, (platform, notebooks, out, path))
+    finally:  # whatever ended it: what the notebooks finished goes back
+        archive(progress, out, path)
+
+
+def _steps(args, progress, source, target, env, plan) -> int:
+    """Install, kernel, preflight and the notebooks (archived after each), checked already."""
+    platform, notebooks, out, path = plan
     wheels_ok = install(progress, source, target, dry_run=args.dry_run, env=env)
     if not wheels_ok and not args.dry_run:
         return 1
@@ -257,21 +307,14 @@ def _device_plan(args) -> int:
         f"kernel: {wheels.KERNEL_NAME} in {_display(target)}/share/jupyter/kernels: "
         + ("ok" if not kernel.returncode else _failed(kernel) or f"exit {kernel.returncode}")
     )
-    platform = args.platform or quick_platform(progress, env)
-    notebooks = plan_notebooks(platform, args.only)
     preflight = _run(
         progress, [sys.executable, "-m", f"{__package__}.preflight"], PREFLIGHT_S, env
     )
-    failed = sum(" error: " in line for line in preflight.lines)
+    failed = sum(line.split()[1:2] == ["error:"] for line in preflight.lines)  # `item error: ...`
     crashed = f"exit {preflight.returncode}" if preflight.returncode and not failed else ""
     progress.step(f"preflight: {_failed(preflight) or crashed or f'{failed} items failed'}")
-    out = out or (REHEARSALS if args.dry_run else OUTPUTS) / platform
-    statuses = run_notebooks(progress, platform, notebooks, out, args.param, env)
-    if (out / "run.json").exists():
-        archive = Path(args.archive) if args.archive else None
-        archive = archive or Path(os.environ.get("OUT") or out.parent) / f"{out.name}.tar.gz"
-        progress.step(f"archive: {_display(archive.resolve())}")
-        write_archive(out, archive, progress.log)
+    after = functools.partial(archive, progress, out, path)
+    statuses = run_notebooks(progress, platform, notebooks, out, args.param, env, after)
     done = sum(status.split(":")[0] in DONE for status in statuses.values())
     progress.step(
         f"done: {done} of {len(statuses)} notebooks ran to their end, report {_display(out)}"
@@ -314,6 +357,12 @@ def arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help="override a parameter in the notebooks that declare it (as `run -p`); repeatable",
+    )
+    parser.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="check the input, print the plan's notebooks and their shares of the budget, "
+        "run nothing",
     )
     parser.add_argument(
         "--dry-run",

@@ -1,7 +1,10 @@
 """What a fresh GPU host can run, in under a minute, one line per item (ok, skipped or the error):
-the carried packages, versions, the device, a tiny _scaled_mm, a tiny flex_attention compile, a
-tiny Triton quantise and the compiler config keys the code patches. An item that fails costs its
-own line only. `python -m kernel_lib.device_plan.preflight`: exit 1 when an item failed."""
+the carried packages, what the image must provide, versions, the device, and what the headlines
+run at a tiny shape: _scaled_mm tensorwise and rowwise, a flex_attention compile, the Triton
+quantiser tensorwise and rowwise from fp32 and bf16; then the compiler config keys the code
+patches and which spelling of the exact-division key this torch has. An item that fails costs its
+own line only. `python -m kernel_lib.device_plan.preflight`: exit 1 when an item failed, 130 at
+Ctrl-C (one line)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,11 @@ from kernel_lib.platform import detect_platform, device_facts
 # The topics' modules are imported inside the items that use them: one that fails to import on
 # this torch is that item's error line, not the end of the preflight.
 TINY_TOLERANCE = 2e-2  # bf16 outputs of the tiny checks: a few ulps of 2**-8 relative
+# What the notebooks import from the host's image (requirements-device.txt carries the rest).
+IMAGE_MODULES = ("pandas", "matplotlib", "numpy", "yaml", "psutil", "jinja2", "tqdm", "tabulate")
+# Inductor's switch for correctly rounded division in Triton, as torch versions spell it.
+DIVISION_KEYS = ("eager_numerics.division_rounding", "emulate_divison_rounding")
+GRANULARITIES = ("tensorwise", "rowwise")
 
 
 class Skip(Exception):
@@ -51,6 +59,19 @@ def packages() -> str:
     return f"{len(pinned)} pinned packages, their requirements met"
 
 
+def image() -> str:
+    """Each of IMAGE_MODULES imports: their versions on one line."""
+    found, missing = {}, []
+    for name in IMAGE_MODULES:
+        try:
+            found[name] = getattr(importlib.import_module(name), "__version__", "?")
+        except ImportError as err:
+            missing.append(f"{name} ({type(err).__name__})")
+    if missing:
+        raise RuntimeError(f"the image lacks {', '.join(missing)}")
+    return ", ".join(f"{name} {version}" for name, version in found.items())
+
+
 def versions() -> str:
     try:
         triton = importlib.metadata.version("triton")
@@ -76,7 +97,8 @@ def device() -> str:
 
 
 def scaled_mm() -> str:
-    """A rowwise e4m3fn torch._scaled_mm against the product of its dequantised operands."""
+    """torch._scaled_mm of e4m3fn operands, tensorwise and rowwise, against the product of the
+    dequantised operands."""
     # torch-side modules: imported once the plan's wheels are in place
     from kernel_lib.fp8.linear import fp8_matmul_support, scaled_mm, scaled_mm_unsupported
     from kernel_lib.fp8.quantize import quantize  # torch-side: after the wheels
@@ -84,12 +106,15 @@ def scaled_mm() -> str:
     where = _facts().device
     if reason := scaled_mm_unsupported(where):
         raise Skip(reason)
-    a, b = (quantize(torch.randn(n, 64, device=where), granularity="rowwise") for n in (32, 48))
-    out = scaled_mm(a, b, out_dtype=torch.bfloat16).float()
-    error = relative_error(out, a.dequantize() @ b.dequantize().T)
-    if not error <= TINY_TOLERANCE:
-        raise AssertionError(f"relative error {error:.2g} > {TINY_TOLERANCE}")
-    return f"{fp8_matmul_support(where)}, rowwise 32x64 @ 64x48: relative error {error:.1e}"
+    errors = {}
+    for gran in GRANULARITIES:
+        a, b = (quantize(torch.randn(n, 64, device=where), granularity=gran) for n in (32, 48))
+        out = scaled_mm(a, b, out_dtype=torch.bfloat16).float()
+        errors[gran] = relative_error(out, a.dequantize() @ b.dequantize().T)
+        if not errors[gran] <= TINY_TOLERANCE:
+            raise AssertionError(f"{gran}: relative error {errors[gran]:.2g} > {TINY_TOLERANCE}")
+    said = ", ".join(f"{gran} {error:.1e}" for gran, error in errors.items())
+    return f"{fp8_matmul_support(where)}, 32x64 @ 64x48 relative error: {said}"
 
 
 def flex_compile() -> str:
@@ -111,31 +136,36 @@ def flex_compile() -> str:
 
 
 def triton_quantize() -> str:
-    """The Triton rowwise quantiser bit for bit against the fp64 reference."""
+    """The Triton quantiser, tensorwise and rowwise, from fp32 and bf16 (what the FP8 linear
+    headline feeds it), bit for bit against the fp64 reference."""
     where = _facts().device
     if not where.startswith("cuda"):
         raise Skip("no GPU")
     from kernel_lib.fp8.quantize_triton import fused_quantize  # Triton: imported on demand
     from kernel_lib.fp8.reference import quantize_reference  # torch-side: after the wheels
 
-    x = torch.randn(64, 256, device=where)
-    got, want = (
-        fused_quantize(x, granularity="rowwise"),
-        quantize_reference(x, granularity="rowwise"),
-    )
-    differ = int((got.data.view(torch.uint8) != want.data.view(torch.uint8)).sum())
-    if differ or not torch.equal(got.scale, want.scale.float()):
-        raise AssertionError(f"{differ} of {x.numel()} codes (or the scales) differ")
-    return "rowwise 64x256 e4m3fn: codes and scales bit-exact vs the fp64 reference"
+    for gran in GRANULARITIES:
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(64, 256, device=where, dtype=dtype)
+            got, want = (
+                fused_quantize(x, granularity=gran),
+                quantize_reference(x, granularity=gran),
+            )
+            differ = int((got.data.view(torch.uint8) != want.data.view(torch.uint8)).sum())
+            if differ or not torch.equal(got.scale, want.scale.float()):
+                what = f"{gran} from {str(dtype)[6:]}"
+                raise AssertionError(
+                    f"{what}: {differ} of {x.numel()} codes (or the scales) differ"
+                )
+    return "tensorwise and rowwise from float32 and bfloat16, 64x256 e4m3fn: bit-exact vs fp64"
 
 
 def patched_keys() -> dict[str, tuple[str, ...]]:
-    """Every compiler config key kernel_lib patches, per config module (a test finds each
-    `config.patch(` in kernel_lib): where torch lacks one, the section using it is skipped."""
-    from kernel_lib.fp8.quantize_compiled import EXACT_DIVISION  # torch-side: after the wheels
-
+    """Every compiler config key kernel_lib patches by name, per config module (a test finds each
+    `config.patch(` in kernel_lib): where torch lacks one, the section using it is skipped. The
+    exact-division key has two spellings: `division_rounding`."""
     return {
-        "torch._inductor.config": ("fx_graph_cache", *EXACT_DIVISION),
+        "torch._inductor.config": ("fx_graph_cache",),
         "torch._dynamo.config": ("recompile_limit", "fail_on_recompile_limit_hit"),
     }
 
@@ -158,14 +188,33 @@ def config_keys() -> str:
     return f"{sum(map(len, keys.values()))} keys present"
 
 
+def division_rounding() -> str:
+    """Which spelling of Inductor's exact-division key this torch has (DIVISION_KEYS): without
+    either, the compiled quantisers and their plain comparator are skipped on a GPU."""
+    import torch._inductor.config as config
+
+    for key in DIVISION_KEYS:
+        try:
+            functools.reduce(getattr, key.split("."), config)
+        except AttributeError:
+            continue
+        return f"torch._inductor.config.{key} is the one used"
+    raise RuntimeError(
+        f"torch {torch.__version__} has neither {' nor '.join(DIVISION_KEYS)}: "
+        "the compiled quantisers are skipped"
+    )
+
+
 ITEMS = {
     "packages": packages,
+    "image": image,
     "versions": versions,
     "device": device,
     "scaled_mm": scaled_mm,
     "flex_attention": flex_compile,
     "triton_quantize": triton_quantize,
     "config_keys": config_keys,
+    "division_key": division_rounding,
 }
 
 
@@ -186,4 +235,8 @@ def run_items(items: dict = ITEMS) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(1 if run_items() else 0)
+    try:
+        sys.exit(1 if run_items() else 0)
+    except KeyboardInterrupt:
+        print("preflight: stopped (Ctrl-C)", flush=True)
+        sys.exit(130)

@@ -1,6 +1,7 @@
 """Native FP8: formats, scaling recipes (tensorwise, rowwise, blockwise, MXFP8), quantisation and
 its fp64 reference, a _scaled_mm linear layer, block-scaled and grouped GEMMs, conversion,
-inference and training. Triton kernels (`quantize_triton`) are imported on demand."""
+inference and training, and weight-only FP8 linears for CPU inference. Triton kernels
+(`quantize_triton`) and C kernels are imported on demand."""
 
 from kernel_lib.fp8.block_scaled import (
     BLOCK_RECIPES,
@@ -79,6 +80,14 @@ from kernel_lib.fp8.scaling import (
     scaling_recipe,
 )  # fmt: skip
 from kernel_lib.fp8.training import TrainConfig, loss_checks, make_model, train, training_runs
+from kernel_lib.fp8.weight_only import (
+    Fp8Weight,
+    compiled_dequant_linear,
+    dequant_linear,
+    dequantize_weight,
+    quantize_weight,
+    weight_only_reference,
+)  # fmt: skip
 
 __all__ = [
     # configuration
@@ -105,4 +114,7 @@ __all__ = [
     "ConversionReport", "convert_to_fp8", "swap_linears",
     "Fp8InferenceLinear", "InferenceComparison", "compare_inference", "convert_for_inference", "weight_bytes",
     "TrainConfig", "loss_checks", "make_model", "train", "training_runs",
+    # weight-only FP8 (W8A16) for CPU inference (the C kernel: kernel_lib.fp8.weight_only_c)
+    "Fp8Weight", "quantize_weight", "dequantize_weight", "weight_only_reference", "dequant_linear",
+    "compiled_dequant_linear",
 ]  # fmt: skip

@@ -26,7 +26,6 @@ from kernel_lib.fp8.linear import (
     Fp8Linear,
     Fp8LinearConfig,
     dynamic_quantize,
-    fp8_matmul_support,
     scaled_mm,
     scaled_mm_unsupported,
 )  # fmt: skip
@@ -213,25 +212,15 @@ def quantize_bandwidth(
     )
 
 
-def _emulated_reason(facts: DeviceFacts) -> str | None:
-    """Why FP8 GEMMs are not timed here (None where FP8 matrix units run them)."""
-    support = fp8_matmul_support(facts.device)
-    if support == "native":
-        return None
-    if support == "emulated":
-        return (
-            "emulated: no FP8 matrix units on this device (torch._scaled_mm runs a reference "
-            "emulation, orders of magnitude slower than bf16 mm); checked, never timed"
-        )
-    return scaled_mm_unsupported(facts.device)
-
-
 def _fp8_candidates(
     config: Fp8BenchConfig, recipe: str, x: torch.Tensor, w: torch.Tensor, facts: DeviceFacts
 ) -> list[Candidate]:
-    """The FP8 forward of x @ w.T (bf16 out) three ways, checked against the fp64 FP8 reference:
-    the GEMM alone on pre-quantised operands, x quantised per call with W stored in FP8
-    (inference), and both quantised per call by Fp8Linear (training)."""
+    """The FP8 forward of x @ w.T (bf16 out), checked against the fp64 FP8 reference: the GEMM
+    alone on pre-quantised operands (fp32 accumulation, and `use_fast_accum=True` as a named
+    twin), x quantised per call with W stored in FP8 (inference), and both quantised per call by
+    Fp8Linear (training). The operands are quantised at the first call of a candidate, so a
+    quantiser that fails to build costs only the FP8 records (`failed`), never the baseline's.
+    metrics.use_fast_accum says which accumulation each ran."""
     fmt, shape = config.linear_format, GemmShape(x.shape[0], x.shape[1], w.shape[0])
     dynamic = Fp8LinearConfig.from_recipe_name(recipe).recipe.mode is ScalingMode.DYNAMIC
     quantizer = "triton" if facts.backend in GPU and dynamic else "torch"
@@ -242,15 +231,18 @@ def _fp8_candidates(
     with torch.no_grad():
         layer.weight.copy_(w)
     layer.weight.requires_grad_(False)  # forward only: no autograd graph in the timed call
-    qx, qw = dynamic_quantize(x, lin), dynamic_quantize(w, lin)
+    operands = functools.cache(lambda: (dynamic_quantize(x, lin), dynamic_quantize(w, lin)))
     gran = lin.recipe.granularity.value
     reference = functools.cache(
         lambda: fp8_linear_reference(_host(x), _host(w), fmt=fmt, granularity=gran)
     )
     paths = {
-        "scaled_mm": lambda: scaled_mm(qx, qw, out_dtype=torch.bfloat16),
+        "scaled_mm": lambda: scaled_mm(*operands(), out_dtype=torch.bfloat16),
+        "scaled_mm_fast_accum": lambda: scaled_mm(
+            *operands(), out_dtype=torch.bfloat16, use_fast_accum=True
+        ),
         "fp8_inference_linear": lambda: scaled_mm(
-            dynamic_quantize(x, lin), qw, out_dtype=torch.bfloat16
+            dynamic_quantize(x, lin), operands()[1], out_dtype=torch.bfloat16
         ),
         "fp8_linear": lambda: layer(x),
     }
@@ -264,39 +256,26 @@ def _fp8_candidates(
             check=against(
                 reference, reference=label, tolerance=out_tolerance(gran, torch.bfloat16)
             ),
+            metrics={"use_fast_accum": name == "scaled_mm_fast_accum"},
         )
         for name, fn in paths.items()
     ]
 
 
-def _checked_untimed(
-    config: Fp8BenchConfig, facts: DeviceFacts, reason: str
-) -> dict[str, Check | str]:
-    """Where FP8 GEMMs are emulated: each FP8 path's check at M=K=N=min(check_sizes), by name
-    (the timed sweep then records them skipped, or wrong where this failed); elsewhere `reason`."""
-    if not reason.startswith("emulated"):
-        return {}
-    shape = GemmShape.square(min(config.check_sizes))
-    x, w = bf16_operands(shape, device=facts.device, seed=config.seed)
-    return {
-        c.implementation: c.check(c.fn())
-        for recipe in config.recipes
-        for c in _fp8_candidates(config, recipe, x, w, facts)
-    }
+FP8_PATHS = ("scaled_mm", "scaled_mm_fast_accum", "fp8_inference_linear", "fp8_linear")
 
 
 def linear_speed(
     config: Fp8BenchConfig, facts: DeviceFacts, *, progress: bool = False
 ) -> list[rec.Record]:
     """Forward of an n x n x n linear per n (x: (n, n) bf16, W: (n, n)) in one interleaved
-    `compare`: bf16 `F.linear` (baseline, against fp64), per recipe the three FP8 paths of
-    `_fp8_candidates`, and the comparators. Where FP8 GEMMs are emulated or unsupported the FP8
-    records are `skipped` (emulated: checked at a small shape first, `wrong` if that failed).
-    Timed records carry fraction_of_datasheet where the device has a datasheet figure for their
-    dtype (`bench_blocks.with_datasheets`). Headline: fp8_linear of the first recipe against
-    bf16 at the largest n."""
-    reason = _emulated_reason(facts)
-    untimed = _checked_untimed(config, facts, reason) if reason else {}
+    `compare`: bf16 `F.linear` (baseline, against fp64), per recipe the FP8 paths of
+    `_fp8_candidates`, and the comparators. FP8 paths are timed wherever `_scaled_mm` runs (a
+    CPU's oneDNN included: measured, whatever the device); where its probe raised they are
+    `skipped` with that reason. Timed records carry fraction_of_datasheet where the device has
+    a datasheet figure for their dtype (`bench_blocks.with_datasheets`). Headline: fp8_linear of
+    the first recipe (fp32 accumulation, no use_fast_accum) against bf16 at the largest n."""
+    reason = scaled_mm_unsupported(facts.device)
     records = []
     for n in tqdm(config.gemm_sizes, disable=not progress, desc="linear speed"):
         shape = GemmShape.square(n)
@@ -318,24 +297,9 @@ def linear_speed(
             if reason is None:
                 candidates += _fp8_candidates(config, recipe, x, w, facts)
                 continue
-            for path in ("scaled_mm", "fp8_inference_linear", "fp8_linear"):
-                name = f"{path}_{recipe}"
-                check = untimed.get(name)
-                if check is not None and not check.passed:
-                    candidates.append(
-                        rec.wrong(
-                            TOPIC,
-                            case.case,
-                            name,
-                            check,
-                            facts=facts,
-                            dtype=fp8,
-                            shape=case.shape,
-                            mode=case.mode,
-                        )
-                    )
-                else:
-                    candidates.append(_skip(case, name, reason, facts, dtype=fp8))
+            candidates += [
+                _skip(case, f"{path}_{recipe}", reason, facts, dtype=fp8) for path in FP8_PATHS
+            ]
         for name, c in comparator_candidates(x, w, full).items():
             candidates.append(
                 c if isinstance(c, Candidate) else _skip(case, name, c, facts, dtype="float8")

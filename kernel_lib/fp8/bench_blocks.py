@@ -1,12 +1,13 @@
 """Records of the block-scaled and grouped FP8 sections: per-recipe quantisation error, the
 block-scaled GEMM and grouped GEMM check tables (their records: `fp8.plan.check_records`), and
-their speed against bf16 where FP8 matrix units run them (sections of `kernel_lib.fp8.plan`).
+their speed against bf16 wherever `_scaled_mm` runs them (sections of `kernel_lib.fp8.plan`).
 The speed sections declare their headline (FP8 vs bf16) and carry fraction_of_datasheet where the
 device's datasheet has the figure; the error and check tables carry no subject-vs-baseline figure,
 so they declare none."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pandas as pd
@@ -35,7 +36,7 @@ from kernel_lib.fp8.grouped import (
     scaled_grouped_mm,
     skewed_counts,
 )  # fmt: skip
-from kernel_lib.fp8.linear import fp8_matmul_support
+from kernel_lib.fp8.linear import scaled_mm_unsupported
 from kernel_lib.fp8.numerics import KINDS, recipe_error_table, sample_tensor
 from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
 from kernel_lib.fp8.shapes import GemmShape, bf16_operands
@@ -108,14 +109,21 @@ def declare(
     records: list[rec.Record], implementation: str, shape: dict, key: str
 ) -> list[rec.Record]:
     """`records` with the one whose implementation is `implementation` at `shape` (a subset of
-    its shape) declared the headline `key`."""
+    its shape) declared the headline `key`; where it ran but its baseline did not (no ratio to
+    show), it is flagged instead."""
 
     def match(r):
         return r.implementation == implementation and all(
             r.shape.get(k) == v for k, v in shape.items()
         )
 
-    return [rec.as_headline(r, key) if match(r) else r for r in records]
+    def declared(r):
+        if r.status == "ok" and r.ratio_vs_baseline is None and r.fraction_of_peak is None:
+            why = f"headline {key} has no figure: its baseline was not timed ok"
+            return dataclasses.replace(r, flags=r.flags + (why,))
+        return rec.as_headline(r, key)
+
+    return [declared(r) if match(r) else r for r in records]
 
 
 def with_datasheets(records: list[rec.Record], facts: DeviceFacts) -> list[rec.Record]:
@@ -135,14 +143,6 @@ def with_datasheets(records: list[rec.Record], facts: DeviceFacts) -> list[rec.R
     return out
 
 
-def _emulated(facts: DeviceFacts) -> str | None:
-    """Why FP8 twins are not timed here: None only where FP8 matrix units run `_scaled_mm`."""
-    support = fp8_matmul_support(facts.device)
-    if support == "native":
-        return None
-    return f"{support}: no FP8 matrix units (checked in the correctness table, never timed)"
-
-
 def _skip(case: Case, name: str, reason: str, facts: DeviceFacts, fmt: str) -> rec.Record:
     return rec.skipped(
         TOPIC,
@@ -160,10 +160,10 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     """Forward of an n x n x n linear per n of block_sizes in one interleaved `compare`: bf16
     `F.linear` (baseline) and per block recipe `block_linear_<recipe>` (both operands quantised
     per call, one block-scaled `_scaled_mm`; skipped where the device refuses the layout) and
-    `split_k_scaled_mm_<recipe>` on pre-quantised operands (timed only on FP8 matrix units).
+    `split_k_scaled_mm_<recipe>` on pre-quantised operands (timed wherever `_scaled_mm` runs).
     Headline: block_linear of the first recipe against bf16 at the largest n (on a device that
     refuses the layout, its record says why)."""
-    fmt, emulated, records = config.linear_format, _emulated(facts), []
+    fmt, refused, records = config.linear_format, scaled_mm_unsupported(facts.device), []
     for n in config.block_sizes:
         shape = GemmShape.square(n)
         x, w = bf16_operands(shape, device=facts.device, seed=config.seed)
@@ -202,8 +202,8 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
                 )
             )
             name = f"split_k_scaled_mm_{recipe}"
-            if emulated:
-                candidates.append(_skip(case, name, emulated, facts, fmt))
+            if refused:
+                candidates.append(_skip(case, name, refused, facts, fmt))
                 continue
             qx, qw = quantize_operands(x, w, recipe=recipe, fmt=fmt)
             split_tol, _ = block_tolerances(recipe, torch.float32, x.device)
@@ -230,7 +230,7 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
     """The grouped expert GEMM (T x K by E experts' (N, K) weights, skewed counts, one empty
     expert) in one interleaved `compare`: bf16 `torch._grouped_mm` (baseline, against the fp64
     loop over experts), `scaled_grouped_mm` (rowwise FP8, one `_scaled_grouped_mm`; skipped
-    where the device has no kernel) and `looped_scaled_mm` (timed only on FP8 matrix units);
+    where the device has no kernel) and `looped_scaled_mm` (timed wherever `_scaled_mm` runs);
     FP8 operands quantised beforehand (the GEMM alone). Headline: scaled_grouped_mm against bf16
     (skipped with the reason where the device has no kernel)."""
     fmt, counts, shape = config.linear_format, grouped_counts(config), config.grouped_shape
@@ -262,7 +262,7 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
             check=fp8_check,
         ),
     ]
-    if reason := _emulated(facts):
+    if reason := scaled_mm_unsupported(facts.device):
         candidates.append(_skip(case, "looped_scaled_mm", reason, facts, fmt))
     else:
         candidates.append(

@@ -6,7 +6,7 @@ Scale layouts `_scaled_mm` reads (cuBLASLt; pytorch/pytorch#166752, cuBLAS "bloc
 layout"): blockwise scale_a (M, K/128) column-major, scale_b (K/128, N/128) column-major with its
 leading dimension padded to 4; MX scales flattened in 128x4 tiles, each tile stored as
 32 x (4 x 4): scale (r, c) of a tile at 16 * (r % 32) + 4 * (r // 32) + c.
-Where the device refuses these layouts (the CPU emulation of torch 2.13 takes tensorwise and
+Where the device refuses these layouts (torch 2.13's oneDNN on CPUs takes tensorwise and
 rowwise only) `block_scaled_mm` raises Unsupported, found by a probe on a tiny shape.
 """
 
@@ -157,7 +157,7 @@ def split_k_scaled_mm(
     """The same product as `block_scaled_mm` as one rowwise `torch._scaled_mm` per K block
     (within a block every row of a and column of b has one scale), partial products summed in
     fp32: DeepSeek-V3's promotion to fp32 per 128 K, unfused. Runs where rowwise `_scaled_mm`
-    does (CPU emulation included: correct, never timed there)."""
+    does (a CPU's oneDNN included)."""
     recipe = _recipe_of(a, b)
     _check_k(a, b, recipe)
     width, (m, k), n = k_block(recipe), a.data.shape, b.data.shape[0]

@@ -73,7 +73,7 @@ TOLERANCES = {
 
 def output_bound(out_dtype: torch.dtype, device="cpu") -> Tolerance:
     """The bound against the FP8 reference of a GEMM with `out_dtype` output on `device`: a GPU's
-    FP8 tensor cores accumulate in less than fp32, the CPU's emulation in fp32."""
+    FP8 tensor cores accumulate in less than fp32, a CPU's oneDNN in fp32."""
     if out_dtype == torch.bfloat16:
         return TOLERANCES["bf16_out"]
     return TOLERANCES["fp32_out" if torch.device(device).type == "cpu" else "tensor_core_out"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 
@@ -9,7 +10,7 @@ import torch
 
 from kernel_lib.checks import against
 from kernel_lib.fp8.checks import TOLERANCES
-from kernel_lib.fp8.linear import fp8_matmul_support
+from kernel_lib.fp8.linear import scaled_mm_unsupported
 from kernel_lib.measure import Candidate
 
 
@@ -51,20 +52,21 @@ def comparator_candidates(
     x: torch.Tensor, w: torch.Tensor, reference
 ) -> dict[str, Candidate | str]:
     """Per comparator: a Candidate computing x @ w.T (x: (M, K) bf16, w: (N, K)) with `w` loaded
-    into it, checked against `reference` (fp64 of the unquantised product) with the FP8 bound;
-    or why it cannot run here ('not installed', no FP8 matrix units)."""
-    support = fp8_matmul_support(x.device)
+    into it at its first call (an error there is its own `failed` record), checked against
+    `reference` (fp64 of the unquantised product) with the FP8 bound; or why it cannot run here
+    ('not installed', `_scaled_mm` refused)."""
+    refused = scaled_mm_unsupported(x.device)
     out: dict[str, Candidate | str] = {}
     for name, (package, build) in COMPARATORS.items():
         if importlib.util.find_spec(package) is None:
             out[name] = "not installed"
-        elif support != "native":
-            out[name] = f"{support}: needs a GPU with FP8 matrix units"
+        elif refused:
+            out[name] = refused
         else:
-            layer = build(w)
+            layer = functools.cache(lambda build=build: build(w))
             out[name] = Candidate(
                 name,
-                lambda layer=layer: layer(x),
+                lambda layer=layer: layer()(x),
                 dtype="float8",
                 flops=2.0 * x.shape[0] * x.shape[1] * w.shape[0],
                 check=against(

@@ -12,6 +12,7 @@ from kernel_lib.config import (
     positive,
     positive_list,
     require,
+    seeds,
 )
 from kernel_lib.fp8.block_scaled import BLOCK_RECIPES
 from kernel_lib.fp8.formats import FORMATS
@@ -33,6 +34,10 @@ _LISTS = (
     "block_recipes",
     "block_check_sizes",
     "block_sizes",
+    "weight_only_decode_rows",
+    "weight_only_prefill_rows",
+    "weight_only_dims",
+    "weight_only_expert_dims",
 )
 _MX_FORMATS = tuple(f.value for f in MX_FORMATS)
 
@@ -67,9 +72,7 @@ class Fp8BenchConfig:
     error_rows: int = param(
         512, "rows (and columns) of the error tables' seeded input; an int > 0"
     )
-    check_sizes: tuple = param(
-        (32, 64), f"n of the (n+5) x 2n x n _scaled_mm checks (CPU emulation is slow); {_SIZES}"
-    )
+    check_sizes: tuple = param((32, 64), f"n of the (n+5) x 2n x n _scaled_mm checks; {_SIZES}")
     gemm_sizes: tuple = param((256, 512, 1024), f"n of the n x n x n linear speed sweep; {_SIZES}")
     recipes: tuple = param(
         ("tensorwise_dynamic", "rowwise_dynamic"),
@@ -98,7 +101,7 @@ class Fp8BenchConfig:
     train_batch: int = param(16, "sequences per step; an int > 0")
     train_steps: int = param(
         40,
-        "optimiser steps per training run (CPU emulates each FP8 GEMM: keep it short); an int > 0",
+        "optimiser steps per training run (CPU: oneDNN's FP8 GEMMs are slow: keep it short); an int > 0",
     )
     train_recipes: tuple = param(
         ("tensorwise_dynamic", "tensorwise_delayed"),
@@ -119,12 +122,12 @@ class Fp8BenchConfig:
     )
     block_check_sizes: tuple = param(
         (128,),
-        "n of the (n+5) x 2n x n block-scaled GEMM checks (CPU: one emulated rowwise _scaled_mm "
-        f"per K block); {_BLOCK_SIZES}",
+        "n of the (n+5) x 2n x n block-scaled GEMM checks (one rowwise _scaled_mm per K block on "
+        f"CPUs); {_BLOCK_SIZES}",
     )
     block_sizes: tuple = param(
         (256, 512),
-        f"n of the n x n x n block-scaled linear speed sweep (FP8 timed on GPUs only); {_BLOCK_SIZES}",
+        f"n of the n x n x n block-scaled linear speed sweep; {_BLOCK_SIZES}",
     )
     grouped_experts: int = param(
         8, "experts E of the FP8 grouped GEMM (the last is routed no rows); an int >= 2"
@@ -134,6 +137,23 @@ class Fp8BenchConfig:
     )
     grouped_dim: int = param(256, f"its K (model width); a multiple of {ALIGN} > 0")
     grouped_ffn: int = param(512, f"its N (expert hidden width); a multiple of {ALIGN} > 0")
+    weight_only_decode_rows: tuple = param(
+        (1, 4, 16),
+        "rows M of the weight-only FP8 (W8A16) decode cases of the projection (the first: the "
+        "headline, and the expert's); a non-empty list of ints > 0",
+    )
+    weight_only_prefill_rows: tuple = param(
+        (512,), "rows M of its prefill cases (the projection only); a non-empty list of ints > 0"
+    )
+    weight_only_dims: tuple = param(
+        (4096, 4096),
+        "K, N of the W8A16 projection (Llama-style, per-output-channel scales); two ints > 0",
+    )
+    weight_only_expert_dims: tuple = param(
+        (7168, 2048),
+        "K, N of a MoE expert's W8A16 projection (DeepSeek-V3: 128 x 128 block scales), at the "
+        "first decode row count; two ints > 0",
+    )
     min_time_s: float = param(
         0.2, "timed seconds per candidate and round budget; a finite number > 0"
     )
@@ -168,6 +188,17 @@ class Fp8BenchConfig:
                 parse_choice(fmt, _MX_FORMATS, param="fp8_formats (with mx in fp8_granularities)")
         for name in ("check_sizes", "gemm_sizes", "quant_mib"):
             positive_list(getattr(self, name), f"fp8_{name}")
+        for name in ("weight_only_decode_rows", "weight_only_prefill_rows"):
+            for m in getattr(self, name):
+                require(isinstance(m, int) and m > 0, f"fp8_{name}", m, "an int > 0")
+        for name in ("weight_only_dims", "weight_only_expert_dims"):
+            dims = getattr(self, name)
+            require(
+                len(dims) == 2 and all(isinstance(d, int) and d > 0 for d in dims),
+                f"fp8_{name}",
+                list(dims),
+                "two ints > 0 (K, N)",
+            )
         for name in ("check_sizes", "gemm_sizes"):
             for n in getattr(self, name):
                 require(
@@ -198,9 +229,8 @@ class Fp8BenchConfig:
         require(
             self.grouped_experts >= 2, "fp8_grouped_experts", self.grouped_experts, "an int >= 2"
         )
-        require(
-            isinstance(self.seed, int) and self.seed >= 0, "fp8_seed", self.seed, "an int >= 0"
-        )
+        # seed, seed + 1, ... (train_seeds) and each teacher's seed + 1000 (fp8/training.py)
+        seeds(self.seed, "fp8_seed", self.train_seeds + 1000)
 
     @classmethod
     def from_params(cls, params: dict) -> Fp8BenchConfig:
@@ -227,6 +257,14 @@ class Fp8BenchConfig:
             (t * k + e * f * k) * (4 + 1 + 8) + t * f * (8 + 2),
             ("grouped_tokens", "grouped_dim", "grouped_ffn", "grouped_experts"),
         ))  # fmt: skip
+        rows = max(self.weight_only_decode_rows + self.weight_only_prefill_rows)
+        for name in ("weight_only_dims", "weight_only_expert_dims"):
+            k, n = getattr(self, name)
+            cases.append((  # W8A16: fp32 W and its FP8, bf16 and fp64 copies, the bf16 copy's
+                # destination; bf16 and fp64 x, fp64 reference and bf16 outputs
+                n * k * (4 + 1 + 2 + 8 + 2) + rows * (k + n) * (2 + 8),
+                ("weight_only_decode_rows", "weight_only_prefill_rows", name),
+            ))  # fmt: skip
         n = self.error_rows  # error tables: four (n, n) fp32 samples, one's fp8 codes, and the
         # fp64 reference and dequantised copy its errors are computed from
         cases.append((n * n * (4 * 4 + 1 + 2 * 8), ("error_rows",)))
@@ -250,6 +288,15 @@ class Fp8BenchConfig:
         return GroupedGemmShape(
             self.grouped_tokens, self.grouped_dim, self.grouped_ffn, self.grouped_experts
         )
+
+    @property
+    def weight_only_cases(self) -> list[tuple[GemmShape, str]]:
+        """(shape, scaling) of each W8A16 case: the projection per output channel at the decode
+        and prefill rows, then the expert per 128 x 128 block at the first decode row count."""
+        (k, n), (ke, ne) = self.weight_only_dims, self.weight_only_expert_dims
+        rows = self.weight_only_decode_rows + self.weight_only_prefill_rows
+        expert = GemmShape(self.weight_only_decode_rows[0], ke, ne)
+        return [(GemmShape(m, k, n), "channel") for m in rows] + [(expert, "block")]
 
     @property
     def seeds(self) -> list[int]:

@@ -89,7 +89,7 @@ def scaled_grouped_mm(qx: Fp8Tensor, qw: Fp8Tensor, counts: list[int]) -> torch.
 
 def looped_scaled_mm(qx: Fp8Tensor, qw: Fp8Tensor, counts: list[int]) -> torch.Tensor:
     """The same as `scaled_grouped_mm`, one rowwise `torch._scaled_mm` per non-empty expert
-    (bf16 out, as rowwise kernels produce). Runs where `_scaled_mm` does (CPU emulation too)."""
+    (bf16 out, as rowwise kernels produce). Runs where `_scaled_mm` does (a CPU's oneDNN too)."""
     _check_groups(qx, qw, counts)
     t, n = qx.data.shape[0], qw.data.shape[1]
     out = torch.empty(t, n, dtype=torch.bfloat16, device=qx.data.device)

@@ -90,12 +90,12 @@ def cpu_scaled_mm_error() -> str | None:
 
 
 def fp8_matmul_support(device: torch.device | str) -> str:
-    """'native' where FP8 tensor cores run _scaled_mm (NVIDIA sm_89+, AMD gfx942/gfx950),
-    'emulated' on a CPU whose oneDNN runs it (a reference emulation, ~0.05-0.2 GFLOP/s: correct,
-    never timed), 'unsupported' elsewhere (e.g. sm_86, or a CPU where the probe raised)."""
+    """'native' where FP8 tensor cores run _scaled_mm (NVIDIA sm_89+, AMD gfx942/gfx950), 'onednn'
+    on a CPU whose oneDNN runs it (its speed is measured like any other), 'unsupported'
+    elsewhere (e.g. sm_86, or a CPU where the probe raised)."""
     device = torch.device(device)
     if device.type == "cpu":
-        return "unsupported" if cpu_scaled_mm_error() else "emulated"
+        return "unsupported" if cpu_scaled_mm_error() else "onednn"
     if device.type == "cuda":
         if torch.version.hip:
             arch = torch.cuda.get_device_properties(device).gcnArchName
@@ -106,7 +106,7 @@ def fp8_matmul_support(device: torch.device | str) -> str:
 
 def scaled_mm_unsupported(device: torch.device | str) -> str | None:
     """Why torch._scaled_mm cannot run on `device` ('unsupported: ...'), or None where it runs
-    (natively or emulated)."""
+    (on FP8 matrix units or a CPU's oneDNN)."""
     device = torch.device(device)
     if fp8_matmul_support(device) != "unsupported":
         return None
@@ -124,15 +124,24 @@ def check_fp8_dims(in_features: int, out_features: int) -> str | None:
     return None
 
 
-def scaled_mm(a: Fp8Tensor, b: Fp8Tensor, *, out_dtype: torch.dtype) -> torch.Tensor:
-    """a @ b.T via torch._scaled_mm with the inverse scales. a: (M, K), b: (N, K) -> (M, N)."""
+def scaled_mm(
+    a: Fp8Tensor, b: Fp8Tensor, *, out_dtype: torch.dtype, use_fast_accum: bool = False
+) -> torch.Tensor:
+    """a @ b.T via torch._scaled_mm with the inverse scales. a: (M, K), b: (N, K) -> (M, N).
+    use_fast_accum: Hopper's FP8 accumulation without periodic fp32 promotion (faster, less
+    exact), as `_scaled_mm` takes it; False: fp32 accumulation."""
     scale_b = b.inverse_scale
     if b.granularity is Granularity.ROWWISE:
         scale_b = scale_b.t()  # (N, 1) -> (1, N)
     # Rowwise scaling on CUDA only produces bf16; cast afterwards.
     mm_dtype = torch.bfloat16 if a.granularity is Granularity.ROWWISE else out_dtype
     out = torch._scaled_mm(
-        a.data, b.data.t(), scale_a=a.inverse_scale, scale_b=scale_b, out_dtype=mm_dtype
+        a.data,
+        b.data.t(),
+        scale_a=a.inverse_scale,
+        scale_b=scale_b,
+        out_dtype=mm_dtype,
+        use_fast_accum=use_fast_accum,
     )
     return out.to(out_dtype)
 

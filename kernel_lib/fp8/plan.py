@@ -9,7 +9,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from kernel_lib import records as rec
-from kernel_lib.fp8 import bench, bench_blocks, checks
+from kernel_lib.fp8 import bench, bench_blocks, bench_weight_only, checks
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.inference import InferenceComparison
 from kernel_lib.fp8.linear import scaled_mm_unsupported
@@ -160,6 +160,10 @@ def grouped_gemm_speed(ctx: Context[Fp8BenchConfig]) -> list[rec.Record]:
     return bench_blocks.grouped_gemm_speed(ctx.config, ctx.facts)
 
 
+def weight_only_speed(ctx: Context[Fp8BenchConfig]) -> list[rec.Record]:
+    return bench_weight_only.weight_only_speed(ctx.config, ctx.facts)
+
+
 def inference(ctx: Context[Fp8BenchConfig]) -> Inference:
     config, facts = ctx.config, ctx.facts
     if reason := scaled_mm_unsupported(facts.device):
@@ -187,6 +191,7 @@ PLAN = Plan(TOPIC, (
     Section("linear_speed", linear_speed, "bf16 and FP8 linear forward per n, comparators"),
     Section("block_linear_speed", block_linear_speed, "block-scaled linear vs bf16 per n"),
     Section("grouped_gemm_speed", grouped_gemm_speed, "FP8 grouped GEMM vs bf16 grouped_mm"),
+    Section("weight_only_speed", weight_only_speed, "W8A16 linear vs bf16, decode and prefill"),
     Section("inference", inference, "weight bytes and output error, bf16 and FP8 model"),
     Section("training", training, "per seed and run: losses, learned and tracks bf16"),
 ))  # fmt: skip

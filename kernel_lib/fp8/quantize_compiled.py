@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch._inductor.config  # registers the config module division_key reads
 
 from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.formats import Fp8Format, format_info, fp8_format
@@ -105,8 +106,25 @@ def _quantize_impl(
 
 
 # Triton's fp32 `/` is an approximate division (up to 2 ulp) unless Inductor is told to emit
-# div_rn: the scale must be eager's correctly rounded quotient on a GPU too. (C++ is exact.)
-EXACT_DIVISION = {"eager_numerics.division_rounding": True}
+# div_rn: the scale must be eager's correctly rounded quotient on a GPU too. (C++ is exact.) The
+# key's spellings, newest first: torch 2.13's, and torch 2.10's (sic, "divison").
+DIVISION_KEYS = ("eager_numerics.division_rounding", "emulate_divison_rounding")
+
+
+def division_key(config=None) -> str:
+    """The first of DIVISION_KEYS that `config` (torch._inductor.config) has; the newest where
+    it has neither (`inductor_patch` then says the key is missing)."""
+    config = config if config is not None else torch._inductor.config
+    for key in DIVISION_KEYS:
+        try:
+            functools.reduce(getattr, key.split("."), config)
+            return key
+        except AttributeError:
+            continue
+    return DIVISION_KEYS[0]
+
+
+EXACT_DIVISION = {division_key(): True}  # the spelling this torch uses
 
 
 def inductor_patch(settings: dict):

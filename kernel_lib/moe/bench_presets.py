@@ -78,11 +78,11 @@ def preset_metrics(model: MoEPreset) -> dict:
 
 
 def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
-    """Per preset in moe_presets, scaled by moe_preset_scale: the dense pair and every strategy
-    (eager forward, the plain loop among them) in one interleaved compare against `dense_gemm`
-    (case `preset_<name>`); the dispatch chosen here (bench.chosen_headline) against it is the
-    preset's headline."""
-    out, strategies = [], with_plain(cfg.strategies)
+    """Per preset in moe_presets, scaled by moe_preset_scale: the dense pair and each of
+    moe_preset_strategies (eager forward, the plain loop among them) in one interleaved compare
+    against `dense_gemm` (case `preset_<name>`); the dispatch chosen here (bench.chosen_headline)
+    against it is the preset's headline."""
+    out, strategies = [], with_plain(cfg.preset_strategies)
     for name in cfg.presets:
         model = preset(name).scaled(cfg.preset_scale)
         names = [DENSE] + [f"dispatch_{s}" for s in strategies]

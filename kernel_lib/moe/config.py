@@ -102,6 +102,11 @@ class MoEBenchConfig:
         tuple(PRESETS),
         f"model presets timed with their own routing; a non-empty list of {_any_of(PRESETS)}",
     )
+    preset_strategies: tuple = param(
+        STRATEGIES,
+        "strategies timed on each preset (the plain loop always among them; each preset is a new "
+        f"shape: a compiled strategy compiles again); a non-empty list of {_any_of(STRATEGIES)}",
+    )
     preset_scale: float = param(
         0.0625,
         "factor on each preset's D and F (rounded to multiples of 16; 1 = the published "
@@ -177,6 +182,7 @@ class MoEBenchConfig:
             ("sweep_strategies", STRATEGIES),
             ("layer_types", LAYER_TYPES),
             ("presets", tuple(PRESETS)),
+            ("preset_strategies", STRATEGIES),
         ):
             parse_choices(getattr(self, name), choices, param=f"moe_{name}")
         require(isinstance(self.backward, bool), "moe_backward", self.backward, "True or False")

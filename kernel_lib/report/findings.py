@@ -181,6 +181,27 @@ def busy_flags(run: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["record_id", "flag"])
 
 
+OVER_BUDGET = 1.5  # a notebook whose wall time passes its budget by this factor is flagged
+
+
+def budget_flags(run: dict) -> pd.DataFrame:
+    """A Flags row for each notebook whose wall time passed OVER_BUDGET x its declared budget
+    (run.json's `budget_s`, from the platform file's `workbook.budget_s`)."""
+    budget = run.get("budget_s") or {}
+    rows = [
+        {
+            "record_id": f"every record of {nb['notebook']}",
+            "flag": f"ran {nb['seconds']:.0f} s: past {OVER_BUDGET:g}x its budget of "
+            f"{budget[nb['notebook']]:g} s ({run.get('parameters', '?')} workbook.budget_s)",
+        }
+        for nb in run["notebooks"]
+        if nb["notebook"] in budget
+        and nb.get("seconds") is not None
+        and nb["seconds"] > OVER_BUDGET * budget[nb["notebook"]]
+    ]
+    return pd.DataFrame(rows, columns=["record_id", "flag"])
+
+
 def flag_table(records: pd.DataFrame) -> pd.DataFrame:
     """Every record with a measurement problem or a tuned path slower than its plain comparator."""
     if records.empty or "flags" not in records:

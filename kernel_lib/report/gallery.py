@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kernel_lib.params import ParameterError
 from kernel_lib.report.aggregate import RUN_FILE, counts
 from kernel_lib.report.findings import (
     HEADLINE_COLUMNS,
@@ -22,9 +23,36 @@ from kernel_lib.report.findings import (
 from kernel_lib.report.markup import details, link, page, table, text
 from kernel_lib.report.pages import panels_html
 from kernel_lib.report.read import report_folders, report_records
+from kernel_lib.report.trends import trends_html
 from kernel_lib.reportfiles import read_run
+from kernel_lib.writes import report_holding, write_text
 
 GALLERY = "index.html"
+TITLE = "Kernel workbook: every platform"
+
+
+def check_gallery(folder: Path, option: str) -> Path:
+    """`folder/index.html`, where a gallery may be written: the folder exists and is not a report,
+    and its index.html is absent or a gallery (ParameterError otherwise: a page of the user's or
+    a report's own page is never overwritten)."""
+    target = Path(folder) / GALLERY
+    if not Path(folder).is_dir():
+        raise ParameterError(f"{option} {folder}: no such folder")
+    report = report_holding(folder)
+    if report is not None:
+        raise ParameterError(
+            f"{option} {folder}: is in the report {report}, not a gallery's folder"
+        )
+    try:
+        ours = target.exists() and f"<title>{TITLE}</title>" in target.read_text(errors="replace")
+    except OSError as err:
+        raise ParameterError(f"{option} {folder}: {target} {err.strerror}") from None
+    if target.exists() and not ours:
+        raise ParameterError(
+            f"{option} {folder}: its {GALLERY} is not a gallery of this workbook: choose a folder "
+            "without one"
+        )
+    return target
 
 
 def _platform_row(outputs: Path, folder: Path, run: dict, records: pd.DataFrame) -> dict:
@@ -86,8 +114,10 @@ def headline_table(rows: pd.DataFrame, platforms: list[str]) -> pd.DataFrame:
 def build_gallery(outputs: str | Path) -> Path:
     """Write `outputs/index.html`: every report folder under `outputs` (device, date, git revision,
     notebook statuses, checks, links) and each topic's declared headlines side by side across
-    platforms, as small multiples and as a table."""
+    platforms, as small multiples and as a table. ParameterError when outputs/index.html is
+    not a gallery (`check_gallery`)."""
     outputs = Path(outputs)
+    target = check_gallery(outputs, "gallery:")
     folders = report_folders(outputs)
     listing, frames = [], []
     for folder in folders:
@@ -118,7 +148,6 @@ subject per interleaved round, median, with a 95 % interval (&gt; 1: the subject
 repeated report shows the median over its runs. Rebuilt from records by
 <code>python -m kernel_lib report</code>.</p>
 <h2>Platforms</h2>{listing_html}
-<h2>Headlines</h2>{headlines_html}"""
-    target = outputs / GALLERY
-    target.write_text(page("Kernel workbook: every platform", body))
+<h2>Headlines</h2>{headlines_html}{trends_html(outputs)}"""
+    write_text(target, page(TITLE, body))
     return target

@@ -14,6 +14,7 @@ import pandas as pd
 
 from kernel_lib.report.aggregate import RUN_COLUMNS, counts, repeat_of, run_folders, spread_table
 from kernel_lib.report.findings import (
+    budget_flags,
     busy_flags,
     correctness_summary,
     flag_table,
@@ -104,7 +105,8 @@ def _status_table(run: dict, everything: pd.DataFrame) -> pd.DataFrame:
 
 
 def _flags(run: dict, records: pd.DataFrame) -> pd.DataFrame:
-    return pd.concat([flag_table(records), busy_flags(run)], ignore_index=True)
+    frames = [flag_table(records), busy_flags(run), budget_flags(run)]
+    return pd.concat(frames, ignore_index=True)
 
 
 def _flags_md(flags: pd.DataFrame) -> str:

@@ -10,6 +10,7 @@ import os
 from kernel_lib import allocator
 from kernel_lib.params import ROOT, ParameterError, Plan
 from kernel_lib.platform import device_facts
+from kernel_lib.records import NOTEBOOK_ENV
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # compiled kernels (flex_attention, torch.compile) persist
 
@@ -27,6 +28,12 @@ def _environment(variables: dict, cleared: tuple = ()):
     finally:
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def notebook_environment(name: str):
+    """os.environ naming the notebook `name` to its kernel, for the block: its sections' records
+    are saved as each ends (`records.save_sections`)."""
+    return _environment({NOTEBOOK_ENV: name})
 
 
 def code_environment(environ=os.environ) -> dict:

@@ -1,15 +1,17 @@
 """One notebook executed by papermill in a fresh kernel, and its outcome.
 
-Each notebook ends `ok`, `failed` (cell and error line), `timed out`, `kernel died`, or `skipped`
-(it ran cleanly and every record it saved is skipped: its hardware is absent). A cell that raises
-does not stop its notebook: the cells after it still run, so one failed check or crashed section
-costs neither the other sections' figures nor the records (the last cell saves them); the notebook
-is `failed` with its first error.
+Each notebook ends `ok`, `failed` (cell and error line), `timed out`, `kernel died`, `stopped`
+(Ctrl-C, or the device plan's time budget: the sections it finished keep their records, which
+`Plan.run` saves as each ends), or `skipped` (it ran cleanly and every record it saved is skipped:
+its hardware is absent). A cell that raises does not stop its notebook: the cells after it still
+run, so one failed check or crashed section costs neither the other sections' figures nor the
+records (the last cell saves them); the notebook is `failed` with its first error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import tempfile
@@ -24,15 +26,17 @@ from papermill.execute import ERROR_MARKER_TAG, ERROR_STYLE, remove_error_marker
 from traitlets.config import Config
 
 from kernel_lib.records import RESULTS_SUFFIX
+from kernel_lib.run.environment import notebook_environment
 
 KERNEL_NAME = "kernel-workbook"
-FAILED_STATUSES = ("failed", "timed out", "kernel died")
+STOPPED = "stopped"
+FAILED_STATUSES = ("failed", "timed out", "kernel died", STOPPED)
 
 
 @dataclass(frozen=True)
 class NotebookResult:
     notebook: str
-    status: str  # ok | failed | timed out | kernel died | skipped
+    status: str  # ok | failed | timed out | kernel died | stopped | skipped
     detail: str  # failing cell and error line, or the skip reason
     seconds: float | None
     run_id: str = ""  # the run that produced it (a partial run keeps the others' own)
@@ -75,6 +79,17 @@ def _saved_status(results_path: Path) -> tuple[str, str] | None:
     if rows and all(r["status"] == "skipped" for r in rows):
         return "skipped", rows[0]["reason"]
     return None
+
+
+def _stopped(output: Path, nb) -> tuple[str, str]:
+    """`stopped` and how far it got: the cells run, the records its finished sections saved."""
+    cells = sum(c.get("execution_count") is not None for c in nb.cells) if nb is not None else 0
+    results = output.with_name(output.stem + RESULTS_SUFFIX)
+    saved = len(json.loads(results.read_text())) if results.exists() else 0
+    return STOPPED, (
+        f"SIGINT (Ctrl-C or its time budget) in cell {cells}: "
+        f"the {saved} records of the sections it finished are kept"
+    )
 
 
 def _duration(nb) -> float | None:
@@ -145,28 +160,34 @@ def execute(
     progress: bool = True,
 ) -> NotebookResult:
     """Execute one notebook with its working directory set to the report folder, every cell even
-    after one raises (nbclient's allow_errors; papermill raises at the end)."""
-    error = None
+    after one raises (nbclient's allow_errors; papermill raises at the end). Ctrl-C (SIGINT) stops
+    it: `stopped`, with what it saved (the caller stops the run there)."""
+    error, stopped = None, False
     sockets = tempfile.TemporaryDirectory(prefix="kernel-workbook-", ignore_cleanup_errors=True)
     try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(output),
-            parameters=parameters,
-            kernel_name=kernel_name,
-            cwd=str(output.parent),
-            progress_bar=progress,
-            execution_timeout=timeout,
-            allow_errors=True,
-            config=kernel_config(Path(sockets.name)),
-        )
+        with notebook_environment(notebook.stem):
+            papermill.execute_notebook(
+                str(notebook),
+                str(output),
+                parameters=parameters,
+                kernel_name=kernel_name,
+                cwd=str(output.parent),
+                progress_bar=progress,
+                execution_timeout=timeout,
+                allow_errors=True,
+                config=kernel_config(Path(sockets.name)),
+            )
+    except KeyboardInterrupt:  # papermill has stopped the kernel; its notebook is written
+        stopped = True
     except Exception as err:  # noqa: BLE001 - any failure of one notebook is recorded, the run goes on
         error = err
     finally:
         sockets.cleanup()
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
+        raise error  # the disk failed writing the notebook: the run stops, one line, exit 1
     nb = nbformat.read(output, as_version=4) if output.exists() else None
     if nb is not None and isinstance(error, PapermillExecutionError):
         nb = mark_errors(nb)
         nbformat.write(nb, str(output))
-    status, detail = classify(output, nb, error)
+    status, detail = _stopped(output, nb) if stopped else classify(output, nb, error)
     return NotebookResult(notebook.stem, status, detail, _duration(nb) if nb is not None else None)

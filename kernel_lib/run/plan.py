@@ -3,7 +3,9 @@ runs and their aggregate).
 
 The report folder is held and staged by kernel_lib.outdir: the runner replaces only what it made,
 one run at a time per folder, and an interrupted or failed run leaves the previous report untouched.
-A notebook that fails keeps the earlier run's results in the report, marked stale.
+A notebook that fails keeps the earlier run's results in the report, marked stale. Runs are never
+lost (`refuse_loss`): a run onto a repeated report keeps its runs or is refused naming `--repeat`,
+and a run onto another platform's or device's report is refused unless told `replace`.
 """
 
 from __future__ import annotations
@@ -18,19 +20,22 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from kernel_lib.history.store import remember
 from kernel_lib.outdir import RUN_FILE, owned, staged
-from kernel_lib.params import ROOT, Plan
+from kernel_lib.params import ROOT, ParameterError, Plan
+from kernel_lib.platform import device_facts
 from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RUN_ID_ENV
-from kernel_lib.report.aggregate import RUN_PREFIX, run_folders, write_aggregate_run
+from kernel_lib.report.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.pages import build_report
+from kernel_lib.reportfiles import read_run
 from kernel_lib.run.environment import environment, kernel_allocator, kernel_environment
-from kernel_lib.run.execute import FAILED_STATUSES, KERNEL_NAME, NotebookResult, execute
+from kernel_lib.run.execute import FAILED_STATUSES, KERNEL_NAME, STOPPED, NotebookResult, execute
 from kernel_lib.run.machine import machine_load, machine_sample
 from kernel_lib.run.render import lead_with_findings, to_html
 
 
-def _git_revision() -> str:
+def git_revision() -> str:
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -70,9 +75,10 @@ def _set_aside(staging: Path, name: str) -> Path:
 
 
 def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResult) -> bool:
-    """New results replace the old only when the notebook succeeded. On failure with earlier
-    results present, the failed run is kept as `<name>.failed.ipynb/.html` and the earlier
-    results come back (the report marks them stale). Returns True when they came back."""
+    """New results replace the old only when the notebook succeeded. On failure (or a stop) with
+    earlier results present, the failed run is kept as `<name>.failed.ipynb/.html` and the earlier
+    results come back (the report marks them stale); without any, a `stopped` notebook's records
+    (the sections it finished) are the report's. Returns True when the earlier came back."""
     old = sorted(aside.glob(f"{name}{RESULTS_SUFFIX}"))
     if result.status in FAILED_STATUSES and old:
         for new in staging.glob(f"{name}.*"):
@@ -88,20 +94,100 @@ def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResu
     return False
 
 
+REFERENCE = ROOT / "outputs" / "reference"  # the nbval reference set: `make reference` alone
+REFERENCE_PLATFORM = "ci"
+
+
+def refuse_reference(out_dir: Path, platform: str, params: list, reference: bool) -> None:
+    """ParameterError unless outputs/reference is written by `make reference` (`reference`:
+    `run --nbval-reference`) alone, and that only with the ci file's values into it."""
+    if not reference:
+        if Path(out_dir).resolve() == REFERENCE:
+            raise ParameterError(
+                f"--out {out_dir} is the nbval reference set: only `make reference` writes it"
+            )
+        return
+    if Path(out_dir).resolve() != REFERENCE or platform != REFERENCE_PLATFORM or params:
+        raise ParameterError(
+            f"--nbval-reference (make reference) runs --platform {REFERENCE_PLATFORM} into "
+            f"--out {REFERENCE.parent.name}/{REFERENCE.name} with the file's values, no -p"
+        )
+
+
+def say_other_code(report: Path) -> None:
+    """After a failed `check`: one line when the report was made by another revision of the code
+    (its run.json's git), so that a difference may be the code's and not this machine's."""
+    try:
+        made = str(json.loads((report / RUN_FILE).read_text()).get("git", "unknown"))
+    except (OSError, ValueError, AttributeError):
+        made = "unknown (no readable run.json)"
+    now = git_revision()
+    if made != now or made.endswith("-dirty"):
+        print(
+            f"note: {report} was made by git {made}, this checkout is {now}: the differences "
+            "above may come from the code, not this machine (`make reference` or `run` remakes it)",
+            file=sys.stderr,
+        )
+
+
+def in_git(folder: Path) -> bool:
+    """Every file of `folder` is committed and unchanged (git can bring it back as it is): a
+    committed report that a fresh clone's `make report` replaces loses nothing."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args, "--", "."], cwd=folder, capture_output=True, text=True, check=True
+        ).stdout
+
+    try:
+        return bool(git("ls-files")) and not git("status", "--porcelain", "--ignored")
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
+def refuse_loss(plan: Plan, out_dir: Path, repeat: int, replace: bool) -> None:
+    """ParameterError (nothing run) when a run of `plan`, `repeat` times, into the report in
+    `out_dir` would lose runs without `replace`: the report of another platform or device (its
+    notebooks may not be redone here), runs beyond `repeat`, or one run that `--repeat` N > 1
+    would replace. A report git holds unchanged (`in_git`) can always be brought back."""
+    if replace or not (out_dir / RUN_FILE).exists() or in_git(out_dir):
+        return
+    previous = read_run(out_dir / RUN_FILE)
+    there = (previous.get("platform"), (previous.get("environment") or {}).get("name"))
+    here = (plan.platform, device_facts().name)
+    if there != here:
+        raise ParameterError(
+            f"--out {out_dir} is the report of {there[0]} on {there[1]}, this run is {here[0]} "
+            f"on {here[1]}: --replace replaces it, or choose another --out"
+        )
+    runs = repeat_of(out_dir)
+    if runs > repeat:
+        raise ParameterError(
+            f"--out {out_dir} holds {runs} runs (run-1/ ... run-{runs}/): --repeat {runs} runs them "
+            f"again, --replace replaces them with {repeat}"
+        )
+    if runs == 1 and repeat > 1:
+        raise ParameterError(
+            f"--out {out_dir} holds one run: --repeat {repeat} would replace it with {repeat} "
+            "runs: --replace does so, or choose another --out"
+        )
+
+
 def run_plan(
     plan: Plan,
     out_dir: Path,
     *,
     kernel_name: str = KERNEL_NAME,
     progress: bool = True,
+    replace: bool = False,
 ) -> list[NotebookResult]:
     """Run every notebook of `plan` into `out_dir` and build its report; failures don't stop the run.
-    ParameterError (nothing run) when `out_dir` is not the runner's to replace or another run
-    holds it; OSError (the previous report unchanged) when the disk fails."""
-    kernel_env = kernel_allocator(plan)
-    out_dir = Path(out_dir).resolve()
-    with owned(out_dir):
-        return _run(plan, out_dir, kernel_env, kernel_name=kernel_name, progress=progress)
+    ParameterError (nothing run) when `out_dir` is not the runner's to replace, another run
+    holds it or the run would lose runs (`refuse_loss`); OSError (the previous report unchanged)
+    when the disk fails."""
+    return run_repeated(
+        plan, out_dir, 1, kernel_name=kernel_name, progress=progress, replace=replace
+    )
 
 
 def _run(
@@ -116,7 +202,7 @@ def _run(
     """`run_plan` in a folder already held. `run_suffix` ends the run id (the runs of
     `run_repeated` say which they are)."""
     started = dt.datetime.now(dt.timezone.utc)
-    git = _git_revision()
+    git = git_revision()
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
     identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
     results = []
@@ -170,8 +256,11 @@ def _run(
                     flush=True,
                 )
                 results.append(result)
+                if result.status == STOPPED:  # Ctrl-C: the report keeps what it finished
+                    break
         shutil.rmtree(staging / ".previous", ignore_errors=True)
-        kept = [r for r in previous.get("notebooks", []) if r["notebook"] not in plan.notebooks]
+        ran = {r.notebook for r in results}
+        kept = [r for r in previous.get("notebooks", []) if r["notebook"] not in ran]
         run = {
             "platform": plan.platform,
             "parameters": plan.source,
@@ -182,11 +271,17 @@ def _run(
             "git": git,
             "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
             "environment": environment(plan),
+            "budget_s": plan.budget_s,
             "notebooks": kept + [asdict(r) for r in results],
         }
         (staging / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
         build_report(staging)
-    _rebuild_gallery(out_dir)
+    if not run_suffix:  # a run of run_repeated is staged: the repeated report is added whole
+        _rebuild_gallery(out_dir)
+    if results and results[-1].status == STOPPED:
+        raise KeyboardInterrupt(
+            f"{results[-1].notebook} stopped; {out_dir} keeps the sections it finished"
+        )
     return results
 
 
@@ -197,16 +292,18 @@ def run_repeated(
     *,
     kernel_name: str = KERNEL_NAME,
     progress: bool = True,
+    replace: bool = False,
 ) -> list[NotebookResult]:
     """`repeat` runs of the whole plan, one after another (each notebook in a fresh kernel every
     time), as full reports `out_dir/run-1/` ... `run-<repeat>/`; `out_dir` gets the aggregate
     (kernel_lib.report.aggregate: the median of the runs' medians and their spread). repeat == 1 is
     `run_plan` into `out_dir` itself. Staged and swapped in as a whole, like one run; refused
-    and failing like `run_plan`."""
+    (`refuse_loss`, unless `replace`) and failing like `run_plan`."""
     kernel_env = kernel_allocator(plan)  # refused before anything runs
     out_dir = Path(out_dir).resolve()
     options = {"kernel_name": kernel_name, "progress": progress}
     with owned(out_dir):
+        refuse_loss(plan, out_dir, repeat, replace)
         if repeat == 1:
             return _run(plan, out_dir, kernel_env, **options)
         started = dt.datetime.now(dt.timezone.utc)
@@ -227,9 +324,10 @@ def run_repeated(
                     "started_utc": started.isoformat(timespec="seconds"),
                     "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "run_id": f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}",
-                    "git": _git_revision(),
+                    "git": git_revision(),
                     "command": " ".join(["python -m kernel_lib", *sys.argv[1:]]),
                     "environment": environment(plan),
+                    "budget_s": plan.budget_s,
                     "repeat": repeat,
                 },
             )
@@ -239,8 +337,10 @@ def run_repeated(
 
 
 def _rebuild_gallery(out_dir: Path) -> None:
-    """Refresh the gallery (`outputs/index.html`) when the report is one of the folders of an
-    `outputs/` tree; a gallery that cannot be built never fails the run."""
+    """Add the report's runs to the results store (kernel_lib.history.store.remember, which never
+    fails the run); refresh the gallery (`outputs/index.html`) when the report is one of the
+    folders of an `outputs/` tree; a gallery that cannot be built never fails the run."""
+    remember(out_dir)
     if out_dir.parent.name != "outputs":
         return
     try:

@@ -10,8 +10,8 @@ def test_collect_copies_each_report_and_rebuilds_the_gallery(tmp_path, capsys):
     bucket, outputs = tmp_path / "bucket", tmp_path / "outputs"
     shutil.copytree(ROOT / "outputs" / "reference", bucket / "ci")
     (bucket / "h100").mkdir()  # a job still running: no run.json yet, not collected
-    (outputs / "ci").mkdir(parents=True)
-    (outputs / "ci" / "stale.txt").write_text("an earlier report")
+    shutil.copytree(bucket / "ci", outputs / "ci")  # an earlier report, replaced as a whole
+    (outputs / "ci" / "stale.txt").write_text("a file of the earlier report")
     assert main(["cloud", "collect", str(bucket), "--out", str(outputs)]) == 0
     assert (outputs / "ci" / "run.json").exists() and (outputs / "ci" / "index.html").exists()
     assert not (outputs / "ci" / "stale.txt").exists() and not (outputs / "h100").exists()

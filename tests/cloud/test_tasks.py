@@ -82,7 +82,7 @@ def test_the_scripts_pass_their_values_to_make_as_one_word_each(tmp_path, script
     args = (tmp_path / "make.args").read_text().splitlines()
     expected = {
         "setup": ["setup", f"PLATFORM={HOSTILE}"],
-        "run": ["report", f"PLATFORM={HOSTILE}", "REPEAT=2", "ONLY=moe;touch pwned4"],
+        "run": ["report", f"PLATFORM={HOSTILE}", "REPEAT=2", "ONLY=moe;touch pwned4", "REPLACE=1"],
     }
     assert args == expected[script]
 

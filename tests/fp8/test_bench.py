@@ -13,7 +13,15 @@ import torch.nn.functional as F  # noqa: E402
 from kernel_lib import c_kernels  # noqa: E402
 from kernel_lib import plots as common_plots  # noqa: E402
 from kernel_lib import records as rec  # noqa: E402
-from kernel_lib.fp8 import bench, bench_blocks, linear, plots, quantize_c, quantize_compiled  # noqa: E402
+from kernel_lib.fp8 import (  # noqa: E402
+    bench,
+    bench_blocks,
+    bench_weight_only,
+    linear,
+    plots,
+    quantize_c,
+    quantize_compiled,
+)
 from kernel_lib.fp8 import plan as fp8_plan  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
@@ -39,6 +47,10 @@ TINY = dict(
     fp8_grouped_tokens=64,
     fp8_grouped_dim=64,
     fp8_grouped_ffn=32,
+    fp8_weight_only_decode_rows=[1, 3],
+    fp8_weight_only_prefill_rows=[17],
+    fp8_weight_only_dims=[72, 40],
+    fp8_weight_only_expert_dims=[128, 24],
 )
 CONFIG = Fp8BenchConfig.from_params(TINY)
 
@@ -90,39 +102,63 @@ def test_the_quantise_variant_is_chosen_by_measurement_and_declared(frame):
     assert len(headline) == 1 and headline["implementation"].iloc[0] in chosen
 
 
-def test_cpu_never_times_fp8_gemms(frame):
+def test_cpu_times_fp8_gemms_wherever_onednn_runs_them(frame):
+    """Measured, never declared: no rule by device type keeps _scaled_mm from being timed."""
     fp8 = frame[(frame["case"] == "linear_forward") & (frame["dtype"] == "float8_e4m3fn")]
-    assert len(fp8) == 3 and (fp8["status"] == "skipped").all()
-    assert fp8["reason"].str.startswith("emulated").all()
+    assert len(fp8) == 4
+    if linear.cpu_scaled_mm_error():  # a CPU whose oneDNN has no FP8 matmul: its own reason
+        assert (fp8["status"] == "skipped").all() and fp8["reason"].str.contains("raised").all()
+        return
+    assert (fp8["status"] == "ok").all() and fp8["ratio_vs_baseline"].notna().all()
+    fast = fp8.set_index("implementation")["metrics.use_fast_accum"]
+    assert fast.to_dict() == {
+        "scaled_mm_tensorwise_dynamic": False,
+        "scaled_mm_fast_accum_tensorwise_dynamic": True,
+        "fp8_inference_linear_tensorwise_dynamic": False,
+        "fp8_linear_tensorwise_dynamic": False,
+    }  # the record says which accumulation ran; the headline (fp8_linear) is the fp32 one
     assert (
         frame[frame["implementation"].str.startswith("fused_quantize")]["status"] == "skipped"
     ).all()
 
 
-SKIPPED_HEADLINES = (
-    "fp8_linear_tensorwise_dynamic",
-    "block_linear_blockwise",
-    "scaled_grouped_mm",
-)
+def test_a_quantiser_that_fails_to_build_costs_only_the_fp8_records(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("triton.CompilationError: at 12:4: unsupported")
+
+    monkeypatch.setattr(bench, "dynamic_quantize", broken)
+    got = {r.implementation: r for r in bench.linear_speed(CONFIG, device_facts())}
+    assert got["bf16_linear"].status == "ok"
+    for path in ("scaled_mm", "scaled_mm_fast_accum", "fp8_inference_linear"):
+        record = got[f"{path}_tensorwise_dynamic"]
+        assert record.status == "failed" and "CompilationError" in record.reason
+
+
+SKIPPED_HEADLINES = ("block_linear_blockwise", "scaled_grouped_mm")
 
 
 def test_headlines_declared(frame, records):
     heads = frame[frame["headline"].notna()].set_index("implementation")
-    quantiser = next(i for i in heads.index if i not in SKIPPED_HEADLINES)
-    assert len(heads) == 4 and quantiser.removesuffix("_tensorwise") in bench.VARIANTS
+    quantiser = next(i for i in heads.index if i.endswith("_tensorwise"))
+    decode = heads[heads["headline"] == "fp8.weight_only_decode_vs_bf16"]
+    assert len(heads) == 5 and quantiser.removesuffix("_tensorwise") in bench.VARIANTS
     assert heads.loc[quantiser, "fraction_of_peak"] > 0
-    for name in SKIPPED_HEADLINES:  # FP8 GEMMs: never timed on CPU, the headline says why
+    for name in SKIPPED_HEADLINES:  # no CPU kernel for these layouts: the headline says why
         assert heads.loc[name, "status"] == "skipped" and heads.loc[name, "reason"]
     assert heads.loc["block_linear_blockwise", "shape.N"] == max(CONFIG.block_sizes)
+    assert len(decode) == 1 and decode.index[0] in bench_weight_only.VARIANTS
+    assert decode["shape.M"].iloc[0] == 1 and decode["shape.scaling"].iloc[0] == "channel"
     assert heads["headline"].to_dict() == {
         quantiser: "fp8.quantize_vs_copy",
         "fp8_linear_tensorwise_dynamic": "fp8.linear_vs_bf16",
         "block_linear_blockwise": "fp8.block_linear_vs_bf16",
         "scaled_grouped_mm": "fp8.grouped_gemm_vs_bf16",
+        decode.index[0]: "fp8.weight_only_decode_vs_bf16",
     }  # each declared by its key
     lines = headlines(rec.to_frame_with_verdict(records))
-    assert sum(": skipped: " in line for line in lines) == 3
-    assert "FP8 linear vs bf16 linear: skipped: emulated" in "\n".join(lines)  # its title
+    assert sum(": skipped: " in line for line in lines) == 2
+    joined = "\n".join(lines)
+    assert "FP8 linear vs bf16 linear" in joined and "W8A16" in joined  # their titles
 
 
 def test_declare_marks_only_the_subject_at_the_shape():
@@ -282,8 +318,7 @@ def test_the_c_quantiser_is_skipped_with_the_reason_it_cannot_build(monkeypatch,
 
 
 def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
-    for module in (bench, linear):
-        monkeypatch.setattr(module, "fp8_matmul_support", lambda device: "unsupported")
+    monkeypatch.setattr(linear, "fp8_matmul_support", lambda device: "unsupported")
     unsupported = fp8_plan.suite(TINY)
     # the same records, skipped: a run here and one on a device without FP8 match in `compare`
     assert sorted(rec.record_id(r, "p") for r in unsupported) == sorted(
@@ -373,13 +408,19 @@ def test_a_check_table_with_an_unknown_verdict_raises():
         fp8_plan.check_records(table, device_facts(), CONFIG, case="scaled_mm_check")
 
 
-def test_block_and_grouped_speed_time_only_the_bf16_baselines_on_cpu(frame):
+def test_block_and_grouped_speed_time_every_path_onednn_runs(frame):
+    """The split-K twins and the per-expert loop are rowwise `_scaled_mm`s: timed wherever it
+    runs; the layouts a CPU has no kernel for are skipped with the reason."""
     speed = frame[frame["case"].isin(["block_linear", "grouped_gemm"])]
     timed = speed[speed["median_ms"].notna()]
-    assert set(timed["implementation"]) == {"bf16_linear", "bf16_grouped_mm"}
     assert timed["check.pass"].all()
-    fp8 = speed[speed["median_ms"].isna()]
-    assert len(fp8) == 2 * 2 + 2 and (fp8["status"] == "skipped").all()
+    runs = linear.cpu_scaled_mm_error() is None
+    loops = {"split_k_scaled_mm_blockwise", "split_k_scaled_mm_mxfp8", "looped_scaled_mm"}
+    assert set(timed["implementation"]) == {"bf16_linear", "bf16_grouped_mm"} | (
+        loops if runs else set()
+    )
+    untimed = speed[speed["median_ms"].isna()]
+    assert len(untimed) == 2 + 1 + (0 if runs else 3) and (untimed["status"] == "skipped").all()
 
 
 def test_a_failed_check_row_is_a_wrong_record():
@@ -425,7 +466,7 @@ def test_a_grouped_kernel_failing_at_the_real_case_fails_only_its_record(
     got = {r.implementation: r for r in records}
     assert got["scaled_grouped_mm"].status == "failed"
     assert got["scaled_grouped_mm"].reason.endswith("with 4 groups is not supported")
-    assert got["bf16_grouped_mm"].status == "ok" and got["looped_scaled_mm"].status == "skipped"
+    assert got["bf16_grouped_mm"].status == got["looped_scaled_mm"].status == "ok"
 
 
 def test_timed_block_linear_calls_never_sync_on_nonfinite_checks(monkeypatch):

@@ -33,7 +33,7 @@ def test_e5m2_operands_fail_the_gemm_check(monkeypatch):
 
 
 def test_fp32_output_bound_follows_the_device():
-    """The CPU emulates FP8 GEMMs in fp32; FP8 tensor cores accumulate in ~14 bits (H100: up to
+    """A CPU's oneDNN runs FP8 GEMMs in fp32; FP8 tensor cores accumulate in ~14 bits (H100: up to
     2.8e-4 against the fp64 FP8 reference); bf16 outputs keep their own bound everywhere."""
     assert checks.out_tolerance("tensorwise", torch.float32, "cpu").value == 2**-16
     assert checks.out_tolerance("tensorwise", torch.float32, "cuda:0").value == 2**-10

@@ -127,9 +127,10 @@ def test_delayed_history_and_saturation_stats():
     assert layer.last_stats["x"].saturated > 0
 
 
-def test_cpu_path_is_labelled_emulated_where_onednn_runs_it():
+def test_cpu_path_is_onednn_where_it_runs_never_a_rule_by_device():
     refused = linear.cpu_scaled_mm_error()
-    assert fp8_matmul_support("cpu") == ("unsupported" if refused else "emulated")
+    assert fp8_matmul_support("cpu") == ("unsupported" if refused else "onednn")
+    assert (linear.scaled_mm_unsupported("cpu") is None) == (refused is None)
 
 
 def test_a_cpu_whose_onednn_refuses_scaled_mm_is_unsupported_with_its_reason(refused_scaled_mm):

@@ -10,8 +10,8 @@ from kernel_lib.moe.presets import preset
 from kernel_lib.platform import DeviceFacts, device_facts
 
 CFG = MoEBenchConfig(
-    presets=("gpt-oss-20b", "mixtral-8x7b"), preset_tokens=48, preset_scale=1 / 64, strategies=("sorted_grouped",),
-    dtype="float32", min_time_s=0.001,
+    presets=("gpt-oss-20b", "mixtral-8x7b"), preset_tokens=48, preset_scale=1 / 64, strategies=("padded",),
+    preset_strategies=("sorted_grouped",), dtype="float32", min_time_s=0.001,
 )  # fmt: skip
 
 

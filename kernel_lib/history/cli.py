@@ -1,0 +1,138 @@
+"""`python -m kernel_lib history` and `regressions`: the results store on the command line
+(docs/history.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kernel_lib import ROOT
+from kernel_lib.compare.noise import read_noise_floor
+from kernel_lib.history import regressions, store
+from kernel_lib.params import ParameterError
+
+RUN_TABLE = ("run_id", "date", "platform", "device", "git", "torch", "notebooks", "headlines")
+TREND_TABLE = (
+    "date", "run_id", "platform", "device", "git", "torch", "measure", "value", "low", "high",
+    "status", "record_id",
+)  # fmt: skip
+
+
+def _headlines(recs: list[dict]) -> str:
+    parts = []
+    for rec in recs:
+        if rec["status"] != "ok":
+            parts.append(f"{rec['headline']} {rec['status']}")
+            continue
+        measure, value = store.headline_value(rec)
+        unit = {"ratio_vs_baseline": "x", "fraction_of_peak": " of peak", "median_ms": " ms"}
+        parts.append(f"{rec['headline']} {value:.3g}{unit.get(measure, '')}" if measure else "")
+    return "; ".join(p for p in parts if p)
+
+
+def history_table(path: Path, platform: str | None, key: str | None) -> pd.DataFrame:
+    """The runs (with their headline figures), or with `key` that headline's trend."""
+    runs = store.runs(path, platform)
+    by_id = {r["run_id"]: r for r in runs}
+    recs = [r for r in store.records(path, list(by_id), key) if r["headline"]]
+    if key is None:
+        per_run: dict[str, list[dict]] = {}
+        for rec in recs:
+            per_run.setdefault(rec["run_id"], []).append(rec)
+        rows = [
+            {**r, "date": r["started_utc"], "headlines": _headlines(per_run.get(r["run_id"], []))}
+            for r in runs
+        ]
+        return pd.DataFrame(rows, columns=RUN_TABLE)
+    if runs and not recs:
+        raise ParameterError(f"--key {key}: no run in {path} has this headline")
+    rows = []
+    for rec in sorted(recs, key=lambda x: (by_id[x["run_id"]]["started_utc"] or "", x["run_id"])):
+        run = by_id[rec["run_id"]]
+        measure, value = store.headline_value(rec)
+        ratio = measure == "ratio_vs_baseline"
+        rows.append(
+            {
+                **run,
+                **rec,
+                "date": run["started_utc"],
+                "measure": measure,
+                "value": value,
+                "low": rec["ratio_low"] if ratio else None,
+                "high": rec["ratio_high"] if ratio else None,
+            }
+        )
+    return pd.DataFrame(rows, columns=TREND_TABLE)
+
+
+def cmd_history(args) -> int:
+    path = store.store_path(args.store)
+    if args.rebuild:
+        ids = store.rebuild(args.outputs, path)
+        print(f"{path}: rebuilt from {args.outputs}: {len(ids)} run(s)")
+        return 0
+    table = history_table(path, args.platform, args.key)
+    if args.csv:
+        table.to_csv(sys.stdout, index=False)
+    elif table.empty:
+        print(f"{path}: no run{f' of {args.platform}' if args.platform else ''}")
+    else:
+        print(table.to_string(index=False, na_rep=""))
+    return 0
+
+
+def cmd_regressions(args) -> int:
+    floor = read_noise_floor(args.noise_floor) if args.noise_floor else None
+    lines, code = regressions.regressions(
+        store.store_path(args.store), args.platform, factor=args.factor, noise_floor=floor
+    )
+    print("\n".join(lines))
+    return code
+
+
+def _subcommand(subparsers, name: str, summary: str, module, func) -> argparse.ArgumentParser:
+    """A subcommand with --store and --platform, its module's docstring as its --help."""
+    parser = subparsers.add_parser(
+        name,
+        help=summary,
+        description=module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--store",
+        help=f"the results store (default: ${store.STORE_ENV}, else outputs/{store.STORE_NAME})",
+    )
+    parser.add_argument("--platform", help="only this platform's runs")
+    parser.set_defaults(func=func)
+    return parser
+
+
+def add_parsers(subparsers) -> None:
+    """`history` and `regressions` on `python -m kernel_lib`'s subcommands."""
+    history = _subcommand(
+        subparsers,
+        "history",
+        "every run kept in the results store; a headline's trend (--key)",
+        store,
+        cmd_history,
+    )
+    history.add_argument("--key", help="a headline key: its value in each run")
+    history.add_argument("--csv", action="store_true", help="CSV on stdout (for pandas)")
+    history.add_argument(
+        "--rebuild", action="store_true", help="rebuild the store from the report folders"
+    )
+    history.add_argument(
+        "--outputs", type=Path, default=ROOT / "outputs", help="where --rebuild reads reports"
+    )
+    check = _subcommand(
+        subparsers,
+        "regressions",
+        "the latest run against the earlier ones (exit 1: a confirmed slowdown)",
+        regressions,
+        cmd_regressions,
+    )
+    check.add_argument("--factor", type=float, help="the factor (default: compare's rule)")
+    check.add_argument("--noise-floor", help="an A/A's noise-floor.json (sets the factor)")

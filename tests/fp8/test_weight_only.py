@@ -1,0 +1,242 @@
+"""The weight-only FP8 linear (W8A16): the C kernel and the plain paths against the fp64 reference
+at odd shapes with subnormal, max-finite and NaN weights, in the build for this CPU and the AVX2
+one; a kernel broken on purpose fails its check; the section's records."""
+
+import types
+
+import pytest
+import torch
+
+from kernel_lib import c_kernels
+from kernel_lib import records as rec
+from kernel_lib.checks import against, relative_error
+from kernel_lib.fp8 import bench_weight_only, quantize_compiled, weight_only_c
+from kernel_lib.fp8.checks import TOLERANCES
+from kernel_lib.fp8.config import Fp8BenchConfig
+from kernel_lib.fp8.weight_only import (
+    dequant_linear,
+    dequantize_weight,
+    quantize_weight,
+    weight_only_reference,
+)  # fmt: skip
+from kernel_lib.fp8.weight_only_c import (
+    c_dequant_linear,
+    c_dequantize_weight,
+    c_w8a16_linear,
+)  # fmt: skip
+from kernel_lib.platform import device_facts
+
+SHAPES = [(1, 200, 72), (3, 131, 259), (4, 136, 33), (17, 300, 130)]  # (M, K, N): ragged K, N
+PATHS = {"c_w8a16_linear": c_w8a16_linear, "c_dequant_linear": c_dequant_linear}
+PATHS["dequant_linear"] = dequant_linear
+SPECIAL = {1: "smallest subnormal", 0x87: "-largest subnormal", 0x7E: "max", 0xFE: "-max"}
+
+
+@pytest.fixture(params=["native", "avx2"])
+def build(request, monkeypatch, tmp_path_factory):
+    """The library as built for this CPU, then held to AVX2 (CI's ISA pass, CPUs without
+    AVX-512): the fp32-FMA build, in a folder of its own."""
+    if request.param == "avx2":
+        if not c_kernels.is_x86():
+            pytest.skip("x86 builds only")
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+        monkeypatch.setenv(c_kernels.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "avx2"))
+    weight_only_c._library.cache_clear()
+    yield request.param
+    weight_only_c._library.cache_clear()
+
+
+def _weight(n, k, scaling, *, seed=0, special=True, nan=False):
+    """A quantised seeded (N, K) weight over many binades; with `special`, the codes of SPECIAL
+    written into row 0 (the product keeps them in range); with `nan`, a NaN code in row 1."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=gen) * torch.logspace(-3, 1, k)
+    qw = quantize_weight(w, scaling)
+    bits = qw.data.view(torch.uint8).clone()
+    if special:
+        bits[0, : len(SPECIAL)] = torch.tensor(list(SPECIAL), dtype=torch.uint8)
+    if nan:
+        bits[1, k // 2] = 0xFF
+    return qw._replace(data=bits.view(torch.float8_e4m3fn))
+
+
+def _x(m, k, seed=1):
+    return torch.randn(m, k, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("scaling", ["channel", "block"])
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_every_path_matches_the_fp64_reference_at_odd_shapes(m, k, n, scaling, build):
+    qw, x = _weight(n, k, scaling), _x(m, k)
+    ref = weight_only_reference(x, qw)
+    assert weight_only_c.isa() in weight_only_c.ISAS
+    if build == "avx2":
+        assert weight_only_c.isa() == "avx2"
+    for name, path in PATHS.items():
+        got = path(x, qw)
+        assert got.dtype == torch.bfloat16 and got.shape == (m, n), name
+        assert relative_error(got.double(), ref) <= TOLERANCES["bf16_out"].value, name
+
+
+@pytest.mark.parametrize("scaling", ["channel", "block"])
+def test_nan_weights_give_nan_in_their_output_column_only(scaling, build):
+    m, k, n = 3, 131, 37
+    qw, x = _weight(n, k, scaling, nan=True), _x(m, k)
+    ref = weight_only_reference(x, qw)
+    for name, path in PATHS.items():
+        got = path(x, qw).double()
+        assert torch.equal(got.isnan(), ref.isnan()) and got[:, 1].isnan().all(), name
+        finite = ~ref.isnan()
+        error = (got[finite] - ref[finite]).abs().max() / ref[finite].abs().max()
+        assert error <= TOLERANCES["bf16_out"].value, name
+
+
+def test_every_finite_code_converts_to_its_e4m3fn_value(build):
+    """Each of the 254 finite codes (subnormals and max-finite included) read out through one-hot
+    rows of x, in registers (M <= 2) and through the converted tile (M = 128). (A NaN code makes
+    its whole dot product NaN: test_nan_weights_...)"""
+    codes = torch.arange(256, dtype=torch.uint8).view(2, 128)
+    codes[:, 127] = 0  # 0x7f, 0xff: NaN
+    data = codes.view(torch.float8_e4m3fn)
+    qw = quantize_weight(torch.ones(2, 128))._replace(data=data, scale_inv=torch.ones(2, 1))
+    want = data.float().t()  # (K, N): row j holds code j of each weight row
+    eye = torch.eye(128, dtype=torch.bfloat16)
+    tile = c_w8a16_linear(eye, qw).float()
+    direct = torch.cat([c_w8a16_linear(eye[j : j + 2], qw) for j in range(0, 128, 2)]).float()
+    assert want.abs().max() == 448 and want[1:8, 0].min() == 2.0**-9  # max, subnormals
+    assert torch.equal(tile, want) and torch.equal(direct, want)
+
+
+def test_the_c_conversion_is_the_plain_one_bit_for_bit(build):
+    for scaling in ("channel", "block"):
+        qw = _weight(130, 300, scaling, nan=True)
+        got, want = c_dequantize_weight(qw), dequantize_weight(qw, torch.bfloat16)
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def test_any_thread_count_gives_the_same_bits():
+    qw, x = _weight(67, 300, "block"), _x(5, 300)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = c_w8a16_linear(x, qw)
+        torch.set_num_threads(2)
+        assert torch.equal(c_w8a16_linear(x, qw), one)
+    finally:
+        torch.set_num_threads(before)
+
+
+class _OffByOneScale:
+    """The library with each output reading the scale of the next channel (or block row): the
+    kind of indexing slip the check must catch."""
+
+    def __init__(self, lib):
+        self.lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self.lib, name)
+
+    def w8a16_linear(self, x, m, k, w, n, channel, block, out, threads):
+        shift = lambda p: None if p is None else p + 4  # noqa: E731 - one float further
+        return self.lib.w8a16_linear(x, m, k, w, n, shift(channel), shift(block), out, threads)
+
+
+@pytest.mark.parametrize("scaling", ["channel", "block"])
+def test_a_broken_kernel_fails_its_check(scaling, monkeypatch):
+    """Teeth: the kernel with its scales off by one must fail the check the section times it
+    with (the last scale reads a padding float: the scales are given one more)."""
+    qw, x = _weight(300, 400, scaling, special=False), _x(3, 400)
+    padded = torch.cat([qw.scale_inv.flatten(), torch.ones(1)])
+    qw = qw._replace(scale_inv=padded[:-1].view(qw.scale_inv.shape))
+    check = against(
+        lambda: weight_only_reference(x, qw), reference="fp64", tolerance=TOLERANCES["bf16_out"]
+    )
+    assert check(c_w8a16_linear(x, qw)).passed
+    lib = weight_only_c._library()
+    monkeypatch.setattr(weight_only_c, "_library", lambda: _OffByOneScale(lib))
+    assert not check(c_w8a16_linear(x, qw)).passed
+
+
+def test_bad_operands_raise_one_line():
+    qw = _weight(8, 32, "channel")
+    with pytest.raises(ValueError, match="bfloat16"):
+        c_w8a16_linear(torch.randn(2, 32), qw)
+    with pytest.raises(ValueError, match="K=16"):
+        c_w8a16_linear(_x(2, 16), qw)
+    with pytest.raises(ValueError, match="scaling="):
+        quantize_weight(torch.randn(8, 32), "tensor")
+
+
+TINY = Fp8BenchConfig.from_params(
+    dict(
+        fp8_min_time_s=0.01,
+        fp8_weight_only_decode_rows=[1, 3],
+        fp8_weight_only_prefill_rows=[17],
+        fp8_weight_only_dims=[72, 40],
+        fp8_weight_only_expert_dims=[128, 24],
+    )
+)
+
+
+def test_the_section_times_every_path_with_bytes_and_declares_the_decode_headline():
+    records = bench_weight_only.weight_only_speed(TINY, device_facts())
+    frame = rec.to_frame(records)
+    assert set(frame["implementation"]) == {
+        "bf16_linear", "copy", "dequant_linear", *bench_weight_only.VARIANTS
+    }  # fmt: skip
+    assert len(frame) == 6 * len(TINY.weight_only_cases) and (frame["status"] == "ok").all()
+    fp8 = frame[frame["dtype"] == "float8_e4m3fn"]
+    assert (fp8["metrics.weight_bytes_vs_bf16"] < 0.6).all()  # FP8 bytes and fp32 scales
+    assert frame[frame["implementation"] != "copy"]["fraction_of_peak"].notna().all()
+    heads = frame[frame["headline"].notna()]
+    assert heads["headline"].tolist() == ["fp8.weight_only_decode_vs_bf16"]
+    assert heads["implementation"].iloc[0] == heads["variant"].iloc[0]
+    assert (heads["shape.M"].iloc[0], heads["shape.scaling"].iloc[0]) == (1, "channel")
+
+
+def test_the_c_paths_are_skipped_with_the_reason_they_cannot_build(monkeypatch, tmp_path):
+    monkeypatch.setenv(c_kernels.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(weight_only_c, "_library", weight_only_c._library.__wrapped__)
+    monkeypatch.setattr(c_kernels.shutil, "which", lambda name: None)
+    got = {r.implementation: r for r in bench_weight_only.weight_only_speed(TINY, device_facts())}
+    for name in ("c_w8a16_linear", "c_dequant_linear"):
+        assert got[name].status == "skipped" and "no C compiler" in got[name].reason
+    assert got["bf16_linear"].status == got["compiled_dequant_linear"].status == "ok"
+
+
+def test_the_exact_division_key_is_found_in_either_spelling():
+    """torch 2.10 spells it emulate_divison_rounding (sic); newer torch eager_numerics.*."""
+    old = types.SimpleNamespace(emulate_divison_rounding=False)
+    new = types.SimpleNamespace(eager_numerics=types.SimpleNamespace(division_rounding=False))
+    assert quantize_compiled.division_key(old) == "emulate_divison_rounding"
+    assert quantize_compiled.division_key(new) == "eager_numerics.division_rounding"
+    assert (
+        quantize_compiled.division_key(types.SimpleNamespace())
+        == "eager_numerics.division_rounding"
+    )
+    assert quantize_compiled.EXACT_DIVISION == {quantize_compiled.division_key(): True}
+
+
+@pytest.mark.parametrize(
+    "cache, fp8_bytes, copies",
+    [
+        (32 * 2**20, 16 * 2**20, 4),
+        (32 * 2**20, 64 * 2**20, 1),
+        (32 * 2**20, 4096, 64),
+        (None, 2**26, 8),
+    ],
+)
+def test_the_timed_weights_add_up_to_twice_the_cache(monkeypatch, cache, fp8_bytes, copies):
+    """A 4096 x 4096 FP8 weight (16 MiB) fits a 32 MiB cache: timed alone, every call would read
+    it from the cache, not memory as decoding does; cycled copies add up to twice the cache."""
+    monkeypatch.setattr(bench_weight_only, "last_level_cache_bytes", lambda: cache)
+    assert bench_weight_only.weight_copies(fp8_bytes) == copies
+
+
+def test_each_timed_call_reads_the_next_copy():
+    seen = []
+    call = bench_weight_only._rotating(seen.append, ["a", "b", "c"])
+    for _ in range(4):
+        call()
+    assert seen == ["a", "b", "c", "a"]

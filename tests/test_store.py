@@ -1,0 +1,266 @@
+"""The results store (kernel_lib.history): every run kept, `history` lists them and a headline's
+trend, `regressions` calls a slowdown of the latest run with compare's rules; a damaged store, a
+newer schema and two writers at once are one line each, and nothing is lost."""
+
+import contextlib
+import io
+import itertools
+import json
+import os
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+import pandas as pd
+
+from kernel_lib import __main__ as cli
+from kernel_lib import params
+from kernel_lib.compare import comparison
+from kernel_lib.history import store
+from kernel_lib.records import stamp, to_dicts
+from kernel_lib.report.aggregate import write_aggregate_run
+from kernel_lib.report.gallery import build_gallery
+from tests.test_damaged_reports import RESULTS, RUN, _timed
+from tests.test_run_safety import fake_execute
+
+KEY = "moe.forward_vs_dense"
+
+
+def write_run(folder: Path, run_id: str, started: str, scale: float = 1.0, git="abc1234"):
+    """One run as the runner leaves it: a results file (a headline, a timed record, a skipped
+    one) and its run.json; `scale` multiplies the large case's times (an injected slowdown)."""
+    folder.mkdir(parents=True)
+    records = [
+        _timed("small", 1.0, headline=KEY, ratio_vs_baseline=1.5, ratio_low=1.4, ratio_high=1.6),
+        _timed("large", 4.0 * scale),
+    ]
+    rows = to_dicts(stamp(records, run_id=run_id, platform="cpu"))
+    (folder / RESULTS).write_text(json.dumps(rows))
+    (folder / "run.json").write_text(
+        json.dumps({**RUN, "run_id": run_id, "started_utc": started, "git": git})
+    )
+
+
+def write_report(folder: Path, run_id: str, day: int, *, repeat=1, scale=1.0, git="abc1234"):
+    """A report of one run, or of `repeat` runs (run-<k>/) and their aggregate run.json."""
+    started = f"2026-01-{day:02d}T00:00:00+00:00"
+    if repeat == 1:
+        write_run(folder, run_id, started, scale, git)
+        return folder
+    for k in range(1, repeat + 1):
+        # the runs of one side within 2 % of each other, as on a quiet machine
+        write_run(folder / f"run-{k}", f"{run_id}-run-{k}", started, scale * (1 + k / 100), git)
+    base = {key: value for key, value in RUN.items() if key != "notebooks"}
+    write_aggregate_run(
+        folder, {**base, "run_id": run_id, "started_utc": started, "repeat": repeat}
+    )
+    return folder
+
+
+def cli_run(*args) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def two_reports(tmp_path, *, repeat=1, scale=1.0) -> Path:
+    """Two runs into outputs/cpu, one after another, each added by the runners' hook: the
+    second replaces the first report, the store keeps both; returns the store."""
+    report = tmp_path / "outputs" / "cpu"
+    write_report(report, "r1", 1, repeat=repeat)
+    store.remember(report)
+    shutil.rmtree(report)
+    write_report(report, "r2", 2, repeat=repeat, scale=scale, git="def5678")
+    store.remember(report)
+    return tmp_path / "outputs" / store.STORE_NAME
+
+
+def test_history_lists_both_runs_and_a_headlines_trend(tmp_path):
+    path = two_reports(tmp_path)
+    code, out, _ = cli_run("history", "--store", path)
+    assert code == 0 and "r1" in out and "r2" in out and "def5678" in out
+    assert f"{KEY} 1.5x" in out
+    code, out, _ = cli_run("history", "--store", path, "--key", KEY, "--csv")
+    trend = pd.read_csv(io.StringIO(out))
+    assert code == 0 and list(trend["run_id"]) == ["r1", "r2"]
+    assert list(trend["value"]) == [1.5, 1.5] and list(trend["git"]) == ["abc1234", "def5678"]
+    assert cli_run("history", "--store", path, "--key", "no.such")[0] == 2
+
+
+def test_adding_a_run_again_replaces_it(tmp_path):
+    path = two_reports(tmp_path)
+    store.remember(tmp_path / "outputs" / "cpu")
+    assert [r["run_id"] for r in store.runs(path)] == ["r1", "r2"]
+    assert len(store.records(path, ["r2"])) == 2
+
+
+def test_a_repeated_report_adds_each_run(tmp_path):
+    path = two_reports(tmp_path, repeat=3)
+    rows = store.runs(path)
+    assert [r["run_id"] for r in rows][-3:] == ["r2-run-1", "r2-run-2", "r2-run-3"]
+    assert {r["report"] for r in rows} == {"r1", "r2"}
+
+
+def test_regressions_names_an_injected_slowdown(tmp_path):
+    path = two_reports(tmp_path, repeat=3, scale=1.5)
+    code, out, _ = cli_run("regressions", "--store", path)
+    (line,) = [line for line in out.splitlines() if line.startswith("slower")]
+    assert code == 1 and "gemm/large/torch_mm" in line and "small" not in line, out
+
+
+def test_regressions_of_an_a_a_is_quiet(tmp_path):
+    path = two_reports(tmp_path, repeat=3)
+    code, out, _ = cli_run("regressions", "--store", path, "--platform", "cpu")
+    assert code == 0 and "slower" not in out and "2 same" in out, out
+
+
+def test_regressions_rests_on_compares_factor(tmp_path, monkeypatch):
+    """Teeth: with compare's factor rule made blind to a 50 % change, the slowdown goes
+    unreported: the verdict is compare's, not the store's own."""
+    path = two_reports(tmp_path, repeat=3, scale=1.5)
+    monkeypatch.setattr(comparison, "chosen_factor", lambda *args: (2.0, "broken on purpose"))
+    assert cli_run("regressions", "--store", path)[0] == 0
+
+
+def test_one_run_a_side_is_never_a_confirmed_slowdown(tmp_path):
+    path = two_reports(tmp_path, scale=1.5)
+    code, out, _ = cli_run("regressions", "--store", path)
+    assert code == 0 and "1 unconfirmed" in out and "--repeat 3" in out, out
+
+
+def test_a_first_run_has_nothing_to_compare(tmp_path):
+    report = write_report(tmp_path / "outputs" / "cpu", "r1", 1)
+    store.remember(report)
+    code, out, _ = cli_run("regressions", "--store", tmp_path / "outputs" / store.STORE_NAME)
+    assert code == 0 and out.count("\n") == 1 and "no earlier run" in out
+
+
+def one_line_refusal(path: Path, *words: str) -> None:
+    before = path.read_bytes()
+    for command in ("history", "regressions"):
+        code, out, err = cli_run(command, "--store", path)
+        assert code == 2 and not out and err.count("\n") == 1 and str(path) in err, err
+        assert all(word in err for word in words), err
+    assert path.read_bytes() == before
+
+
+def test_a_damaged_store_is_one_line_and_rebuild_brings_it_back(tmp_path):
+    path = two_reports(tmp_path)
+    path.write_bytes(b"not a database, a note someone saved here" * 100)
+    one_line_refusal(path, "not a results store", "history --rebuild")
+    with contextlib.closing(sqlite3.connect(path.with_name("empty.sqlite"))) as con:
+        con.execute("PRAGMA user_version = 1")  # the version, but no tables
+    one_line_refusal(path.with_name("empty.sqlite"), "tables are missing", "--rebuild")
+    code, out, _ = cli_run("history", "--store", path, "--rebuild", "--outputs", path.parent)
+    assert code == 0 and [r["run_id"] for r in store.runs(path)] == ["r2"]  # the kept report
+
+
+def test_a_store_of_a_newer_schema_is_one_line(tmp_path):
+    path = two_reports(tmp_path)
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        con.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
+    one_line_refusal(path, f"schema {store.SCHEMA_VERSION + 1}", "newer")
+
+
+def test_a_failing_store_never_fails_the_run(tmp_path, capsys):
+    report = write_report(tmp_path / "outputs" / "cpu", "r1", 1)
+    (tmp_path / "outputs" / store.STORE_NAME).write_bytes(b"garbage" * 50)
+    store.remember(report)  # no exception
+    err = capsys.readouterr().err
+    assert err.startswith("warning: run not added") and err.count("\n") == 1
+    assert (report / "run.json").exists()
+
+
+def test_two_writers_at_once_both_kept(tmp_path):
+    """One writer holds the store's lock while another adds its run: the second waits on SQLite's
+    busy timeout, and both runs are there afterwards."""
+    path = tmp_path / store.STORE_NAME
+    a = write_report(tmp_path / "a", "ra", 1)
+    b = write_report(tmp_path / "b", "rb", 2)
+    store.add_report(a, path)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as held:
+        held.execute("BEGIN IMMEDIATE")  # a writer in the middle of its transaction
+        writer = threading.Thread(target=store.add_report, args=(b, path))
+        writer.start()
+        writer.join(0.3)
+        assert writer.is_alive()  # waiting for the lock, not failing
+        held.execute("ROLLBACK")
+    writer.join(10)
+    assert [r["run_id"] for r in store.runs(path)] == ["ra", "rb"]
+    assert len(store.records(path, ["ra", "rb"])) == 4
+
+
+def test_rebuild_from_the_folders_equals_what_the_hooks_added(tmp_path):
+    outputs = tmp_path / "outputs"
+    store.remember(write_report(outputs / "cpu", "r1", 1))
+    store.remember(write_report(outputs / "h100", "r2", 2, repeat=2))
+    hooked = outputs / store.STORE_NAME
+    rebuilt = tmp_path / "rebuilt.sqlite"
+    assert cli_run("history", "--store", rebuilt, "--rebuild", "--outputs", outputs)[0] == 0
+
+    def dump(path):
+        with contextlib.closing(sqlite3.connect(path)) as con:
+            return [sorted(con.execute(f"SELECT * FROM {t}")) for t in ("runs", "records")]
+
+    assert dump(rebuilt) == dump(hooked) and len(dump(hooked)[0]) == 3
+
+
+def test_the_runner_adds_every_run_and_each_run_of_a_repeat(tmp_path, write_notebook, monkeypatch):
+    (tmp_path / "notebooks").mkdir(), (tmp_path / "parameters").mkdir()
+    write_notebook(tmp_path / "notebooks" / "a.ipynb", "x = 1")
+    (tmp_path / "parameters" / "p.yaml").write_text("workbook: {notebooks: [a]}\n")
+    monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path / "parameters")
+    monkeypatch.setattr(params, "NOTEBOOKS_DIR", tmp_path / "notebooks")
+    monkeypatch.setattr("kernel_lib.run.plan.execute", fake_execute)
+    ids = itertools.count(1)
+    monkeypatch.setattr(os, "getpid", lambda: next(ids))  # run ids: distinct within a second
+    out = tmp_path / "outputs" / "p"
+
+    def run(*argv):
+        return cli_run("run", "--platform", "p", "--no-progress", "--out", out, *argv)
+
+    assert run()[0] == 0 and run()[0] == 0 and run("--repeat", "2", "--replace")[0] == 0
+    rows = store.runs(tmp_path / "outputs" / store.STORE_NAME)
+    assert len(rows) == 4 and len({r["report"] for r in rows}) == 3
+    repeated = [r for r in rows if "-run-" in r["run_id"]]
+    assert sorted(r["run_id"][-6:] for r in repeated) == ["-run-1", "-run-2"]
+    assert {Path(r["folder"]) for r in repeated} == {
+        out.resolve() / "run-1",
+        out.resolve() / "run-2",
+    }
+
+
+def test_cloud_collect_adds_the_reports_it_installs(tmp_path):
+    write_report(tmp_path / "bucket" / "cpu", "r1", 1, repeat=2)
+    outputs = tmp_path / "outputs"
+    assert cli_run("cloud", "collect", tmp_path / "bucket", "--out", outputs)[0] == 0
+    rows = store.runs(outputs / store.STORE_NAME)
+    assert [r["run_id"] for r in rows] == ["r1-run-1", "r1-run-2"]
+    assert all(Path(r["folder"]).parent == (outputs / "cpu").resolve() for r in rows)
+
+
+def test_compare_names_runs_from_the_store(tmp_path, monkeypatch):
+    monkeypatch.setenv(store.STORE_ENV, str(two_reports(tmp_path, repeat=3, scale=1.5)))
+    code, out, _ = cli_run("compare", "cpu@previous", "--", "cpu@latest")
+    assert code == 1 and "gemm/large" in out and "slower" in out, out
+    assert cli_run("compare", "r1-run-1", "--", "r2-run-1")[0] == 0  # one run a side: unconfirmed
+    for name in ("cpu@earliest", "gpu@latest", "no-such-run"):
+        code, out, err = cli_run("compare", "cpu@latest", "--", name)
+        assert code == 2 and err.count("\n") == 1 and name in err, err
+
+
+def test_the_gallery_draws_a_trend_and_marks_a_torch_upgrade(tmp_path):
+    outputs = tmp_path / "outputs"
+    store.remember(write_report(outputs / "cpu", "r1", 1))
+    run_file = write_report(tmp_path / "next", "r2", 2) / "run.json"
+    run = json.loads(run_file.read_text())
+    run["environment"]["torch"] = "2.14"
+    run_file.write_text(json.dumps(run))
+    shutil.rmtree(outputs / "cpu")
+    shutil.move(tmp_path / "next", outputs / "cpu")
+    store.remember(outputs / "cpu")
+    page = build_gallery(outputs).read_text()
+    assert f'class="trend" data-trend="{KEY}" data-points="2"' in page
+    assert "torch 2.13 -&gt; 2.14" in page
