@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from kernel_lib import records as rec
 from kernel_lib.checks import Check, against, exact
-from kernel_lib.fp8.bench_blocks import declare, with_datasheets
+from kernel_lib.fp8.bench_blocks import NOT_ON_XLA, declare, with_datasheets
 from kernel_lib.fp8.checks import TOLERANCES, out_tolerance
 from kernel_lib.fp8.comparators import comparator_candidates
 from kernel_lib.fp8.config import Fp8BenchConfig
@@ -88,7 +88,7 @@ def _quantizers(
 
     def compiled(cast: str, fuse_rows: bool = False):
         if facts.backend == "xla":
-            return "torch.compile's Inductor does not target XLA devices"
+            return NOT_ON_XLA
         if gran not in ("tensorwise", "rowwise"):
             return f"not built for {gran}"
         return lambda: compiled_quantize(

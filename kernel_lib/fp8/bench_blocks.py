@@ -44,6 +44,7 @@ from kernel_lib.measure import Candidate, Case, compare
 from kernel_lib.platform import DeviceFacts, datasheet_for
 
 TOPIC = "fp8"
+NOT_ON_XLA = "torch.compile's Inductor does not target XLA devices"  # a compiled path's skip
 
 
 def error_tensors(config: Fp8BenchConfig) -> dict[str, torch.Tensor]:

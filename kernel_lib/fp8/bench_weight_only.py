@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from kernel_lib import records as rec
 from kernel_lib.checks import against, exact
-from kernel_lib.fp8.bench_blocks import declare
+from kernel_lib.fp8.bench_blocks import NOT_ON_XLA, declare
 from kernel_lib.fp8.checks import TOLERANCES
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.shapes import GemmShape
@@ -119,7 +119,7 @@ def _case(
     check = against(lambda: weight_only_reference(x, qw), reference=label, tolerance=bf16_tol)
     paths = {
         "dequant_linear": _rotating(lambda q: dequant_linear(x, q), qws),
-        "compiled_dequant_linear": "torch.compile's Inductor does not target XLA devices"
+        "compiled_dequant_linear": NOT_ON_XLA
         if facts.backend == "xla"
         else _rotating(lambda q: compiled_dequant_linear(x, q), qws),
         **_c_paths(facts, x, qws, w_bf16),
