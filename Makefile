@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Compiled kernels (flex_attention, torch.compile) persist here between runs: seconds instead of ~30 s.
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 
-.PHONY: setup report test lint check reference lab clean compare
+.PHONY: setup report test test-fast lint check reference lab clean compare
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ compare: setup
 test: lint
 	$(PY) -m pytest tests
 	$(PY) -m kernel_lib check --platform reference
+
+# For iteration (~3 min): lint and the unit tests without the ones marked `slow` (notebook and
+# bench executions, compiles; tests/pytest.ini); `make test` stays the whole suite and CI's command.
+test-fast: lint
+	$(PY) -m pytest tests -m "not slow"
 
 # ruff settings live in pyproject.toml.
 lint: setup

@@ -1,5 +1,5 @@
 """`python -m kernel_lib {run,report,platforms,bench,check,compare,ab,sensitivity,export,params,
-cloud,device-plan,history,regressions}`: the functions the Makefile calls, the tools that compare
+cloud,device-plan,history,regressions,profile}`: the functions the Makefile calls, the tools that compare
 and export reports, the cloud fan-out (kernel_lib.cloud), the recipe for a GPU host without a
 package index (kernel_lib.device_plan) and the results store of every run (kernel_lib.history).
 
@@ -31,6 +31,7 @@ from kernel_lib.params import (
     parse_override,
 )  # fmt: skip
 from kernel_lib.platform import detect_platform, device_facts
+from kernel_lib.profiling.pending import mode_override
 from kernel_lib.records import RESULTS_DIR_ENV
 
 OUTPUTS = ROOT / "outputs"
@@ -69,6 +70,7 @@ def cmd_run(args) -> int:
 
     repeat = _repeat(args.repeat)
     overrides = dict(parse_override(p) for p in args.param)
+    mode_override(overrides)  # -p profile=MODE is the runner's, not a notebook's
     only = (
         [n.strip() for n in args.only.split(",") if n.strip()] if args.only is not None else None
     )
@@ -408,10 +410,12 @@ def main(argv: list[str] | None = None) -> int:
     from kernel_lib.cloud.cli import add_parser as add_cloud_parser  # CLI start-up
     from kernel_lib.device_plan.cli import add_parser as add_device_plan_parser  # CLI start-up
     from kernel_lib.history.cli import add_parsers as add_history_parsers  # CLI start-up
+    from kernel_lib.profiling.command import add_parser as add_profile_parser  # CLI start-up
 
     add_cloud_parser(sub)
     add_device_plan_parser(sub)
     add_history_parsers(sub)
+    add_profile_parser(sub)
 
     argv = sys.argv[1:] if argv is None else list(argv)
     try:

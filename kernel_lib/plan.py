@@ -12,6 +12,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 import pandas as pd
 
 from kernel_lib.platform import DeviceFacts
+from kernel_lib.profiling.capture import profiled
 from kernel_lib.records import Record, save_sections
 
 ConfigT = TypeVar("ConfigT")
@@ -91,9 +92,10 @@ class Plan:
     def run(self, name: str, ctx: Context) -> Output:
         """Run section `name`: its records are appended to `ctx.records` (and saved where the
         runner executes the notebook: `records.save_sections`), its output kept in
-        `ctx.outputs[name]` for later sections and returned for the notebook to show."""
+        `ctx.outputs[name]` for later sections and returned for the notebook to show. Its
+        headline records are profiled after it was timed (`profiling.capture.profiled`)."""
         output = self.section(name).run(ctx)
-        ctx.records.extend(records_of(output))
+        ctx.records.extend(profiled(records_of(output)))
         ctx.outputs[name] = output
         save_sections(ctx.records)
         return output

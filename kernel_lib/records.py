@@ -78,6 +78,9 @@ class Record:
     samples_ms: tuple[float, ...] = ()  # every timed call
     round_medians_ms: tuple[float, ...] = ()  # per interleaving round: what ratios are paired by
     metrics: dict = field(default_factory=dict)  # topic-specific figures (errors, tokens/s, drops)
+    # where the time went, profiled after timing (kernel_lib.profiling.capture): trace (relative
+    # to the report), top ops, phases (ms per call), overhead (profiled / timed median)
+    profile: dict | None = None
     allocator: str | None = None  # the host malloc in effect (CPU: kernel_lib.allocator.in_effect)
     platform: str | None = None  # stamped when saved: parameter file name
     run_id: str | None = None

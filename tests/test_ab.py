@@ -17,6 +17,7 @@ import kernel_lib.ab as ab
 from kernel_lib import compare
 from kernel_lib.__main__ import main
 from kernel_lib.ab import checkout, rounds
+from kernel_lib.history import store
 from kernel_lib.measure import TEST_SLOWDOWN_ENV, slowdowns
 from kernel_lib.params import ROOT
 from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
@@ -103,10 +104,11 @@ def fake_runs(monkeypatch):
         knobs = slowdowns(side.env.get(TEST_SLOWDOWN_ENV, ""))
         j = JITTER[(len(calls) - 1) // 2 % len(JITTER)]
         records = [timed(name, ms * j * (1 + knobs.get(name, 0.0))) for name, ms in MS.items()]
-        rows = to_dicts(stamp(records, run_id=into.name, platform="ci"))
+        run_id = f"{side.name}-{into.name}"
+        rows = to_dicts(stamp(records, run_id=run_id, platform="ci"))
         into.mkdir(parents=True)
         (into / f"bench{RESULTS_SUFFIX}").write_text(json.dumps(rows))
-        run = {"platform": "ci", "run_id": into.name, "git": side.commit[:7]}
+        run = {"platform": "ci", "run_id": run_id, "git": side.commit[:7]}
         (into / "run.json").write_text(json.dumps({**run, "environment": {"name": "Test CPU"}}))
         return 0, "ok"
 
@@ -146,6 +148,12 @@ def test_runs_alternate_each_side_its_own_commit_and_the_verdict_says_what_it_re
     x = next(r for r in result["records"] if "/x/" in r["key"])
     assert x["a_run_ms"] == [1.0, 1.02, 0.98] and x["b_run_ms"] == [1.0, 1.02, 0.98]
     assert (Path("o") / "compare.html").exists() and worktrees(repo) == []  # removed when done
+    # each side's runs kept in the results store, one report a side
+    rows = store.runs(repo / "outputs" / store.STORE_NAME)
+    assert sorted((r["report"], r["run_id"]) for r in rows) == [
+        (f"ab:o/{side}", f"{side}-run-{k}") for side in "AB" for k in (1, 2, 3)
+    ]
+    assert "results store: the runs of A and B added to" in out
 
 
 def test_an_a_a_keeps_its_noise_floor_and_a_slowed_side_is_slower_beside_it(
@@ -195,6 +203,9 @@ def test_slow_b_is_repeatable_each_implementation_slowed_by_its_own_fraction(
     ratios = {r["key"].split("/")[2]: (r["verdict"], round(r["ratio"], 3)) for r in table}
     assert ratios == {"x": ("slower", 1.3), "y": ("slower", 1.2), "z": ("same", 1.0)}
     assert not (folder / compare.NOISE_FLOOR_FILE).exists()
+    # the slowed side is a test's, not a measurement: only A's runs are kept in the store
+    rows = store.runs(tiny[0] / "outputs" / store.STORE_NAME)
+    assert len(rows) == 5 and {r["report"] for r in rows} == {f"ab:{folder.name}/A"}
 
     # the same knobs in another order: the same default folder, so --resume takes them
     again = ["--slow-b", "nosuch=.1", "--slow-b", "x=0.3", "--slow-b", "y=0.2", "--resume"]
@@ -345,6 +356,7 @@ def two_commits(tmp_path_factory):
     return repo, commits
 
 
+@pytest.mark.slow
 def test_each_side_runs_its_own_kernel_lib(two_commits, tmp_path):
     repo, commits = two_commits
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

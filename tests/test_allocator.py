@@ -72,6 +72,7 @@ RECORDS = """from kernel_lib.platform import device_facts
 print("allocator:", device_facts().as_dict()["allocator"])"""
 
 
+@pytest.mark.slow
 def test_the_kernel_gets_the_allocator_and_run_json_records_it(tmp_path, write_notebook):
     nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
     nbs.mkdir(), prm.mkdir()

@@ -31,7 +31,10 @@ PROBE = """<script>addEventListener("load", () => {
   document.body.append(out);
 });</script>"""
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (CI installs it)")
+pytestmark = [
+    pytest.mark.slow,  # a gallery built and rendered in Chromium
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (CI installs it)"),
+]
 
 
 def _chromium(*args: str) -> str:

@@ -145,6 +145,31 @@ def test_from_5_runs_a_side_the_test_confirms_without_the_runs_apart():
     assert compare.timing_verdict(a[:3] + a[4:], b[:4])[0] == "unconfirmed"  # 4 a side: gated
 
 
+def test_bootstrap_interval_of_the_ratio_is_seeded_and_covers_it():
+    a = [1.0 + 0.01 * (i % 7) for i in range(40)]
+    b = [1.3 * v for v in a]
+    low, high = compare.bootstrap_interval(a, b)
+    assert low <= 1.3 <= high and high - low < 0.1
+    assert compare.bootstrap_interval(a, b) == (low, high)  # seeded: the same every time
+
+
+def test_with_one_run_a_side_the_raw_samples_decide():
+    a = [1.0 + 0.01 * (i % 7) for i in range(40)]
+    slow = [1.5 * v for v in a]
+    assert compare.samples_verdict([1.03], [1.545], a, slow)[0] == "slower"
+    assert compare.samples_verdict([1.545], [1.03], slow, a)[0] == "faster"
+    assert compare.samples_verdict([1.03], [1.03], a, a)[0] == "same"
+    # the same medians, but the samples spread past the factor: not confirmed by one run
+    wide = [v * (0.5 if i % 2 else 1.7) for i, v in enumerate(slow)]
+    verdict, low, high = compare.samples_verdict([1.03], [1.545], a, wide)
+    assert verdict == "unconfirmed" and low < 1.1 < high
+    # a run on a busy machine: its samples cannot tell the code from the machine
+    assert compare.samples_verdict([1.03], [1.545], a, slow, busy=True)[0] == "unconfirmed"
+    assert compare.samples_verdict([1.03], [1.03], a, a, busy=True)[0] == "same"
+    # too few samples to resample: the runs alone (one a side: unconfirmed)
+    assert compare.samples_verdict([1.03], [1.545], a[:3], slow[:3])[0] == "unconfirmed"
+
+
 # --------------------------------------------------------------------------------- verdicts
 
 
@@ -188,8 +213,8 @@ def test_a_repeated_report_counts_as_its_runs_not_its_aggregate(tmp_path):
     assert verdicts(c)["b"] == "slower"
 
 
-def test_one_run_a_side_is_unconfirmed_exit_0(tmp_path):
-    a, b = side(tmp_path, "a", runs=1), side(tmp_path, "b", runs=1, slow=2.0)
+def test_one_run_a_side_with_too_few_samples_is_unconfirmed_exit_0(tmp_path):
+    a, b = side(tmp_path, "a", runs=1), side(tmp_path, "b", runs=1, slow=2.0)  # 3 samples each
     c = compare.compare_folders([a], [b])
     assert verdicts(c)["b"] == "unconfirmed" and c.exit_code == 0
     assert pd.isna(c.table.set_index("verdict").loc["unconfirmed", "p"])  # no test with 1 run

@@ -248,6 +248,7 @@ def test_a_damaged_file_is_one_line_naming_it_and_exit_2(command, damage, text, 
     assert files(tmp_path) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["compare", "export:bmf", "report"])
 def test_python_m_kernel_lib_prints_one_line(command, tmp_path):
     good = write_report(tmp_path / "good")

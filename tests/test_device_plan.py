@@ -336,6 +336,7 @@ def test_run_bounded_kills_what_a_stopping_child_starts(tmp_path):
         assert not psutil.pid_exists(late) or psutil.Process(late).status() == "zombie"
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_child_without_echoing_its_traceback():
     echoed = []
 
@@ -406,6 +407,7 @@ def _archived(path: Path) -> set:
         return set(tar.getnames())
 
 
+@pytest.mark.slow
 def test_sigterm_after_fp8_leaves_an_archive_holding_fp8s_records(monkeypatch, tmp_path):
     out, seen = tmp_path / "report", []
     pid_file = tmp_path / "moe.pid"
@@ -476,6 +478,7 @@ STOPPED_NOTEBOOK = (
 )
 
 
+@pytest.mark.slow
 def test_a_notebook_stopped_after_its_first_sections_keeps_them_in_the_report(
     tmp_path, write_notebook
 ):

@@ -363,6 +363,7 @@ def committed(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_committed_headlines_of_both_platforms_meet_in_one_panel(committed):
     rows, platforms = _rows(committed)
     assert platforms == ["cpu", "h100"]

@@ -468,6 +468,7 @@ def meant_to_change(command: str, kind: str) -> bool:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@pytest.mark.slow
 @given(command=st.sampled_from(COMMANDS), kind=st.sampled_from(KINDS))
 def test_nothing_of_the_users_or_of_a_report_changes_unless_meant(run, command, kind):
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,6 +16,8 @@ from kernel_lib.run.machine import machine_load
 from kernel_lib.run.plan import run_plan, run_repeated
 from kernel_lib.run.render import to_html
 
+pytestmark = pytest.mark.slow  # executes notebooks
+
 
 def load(workbook, **kwargs):
     return load_plan(

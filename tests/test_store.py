@@ -3,10 +3,12 @@ trend, `regressions` calls a slowdown of the latest run with compare's rules; a 
 newer schema and two writers at once are one line each, and nothing is lost."""
 
 import contextlib
+import dataclasses
 import io
 import itertools
 import json
 import os
+import re
 import shutil
 import sqlite3
 import threading
@@ -15,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_lib import __main__ as cli
-from kernel_lib import params
+from kernel_lib import ab, params
 from kernel_lib.compare import comparison
 from kernel_lib.history import store
 from kernel_lib.records import stamp, to_dicts
@@ -27,26 +29,38 @@ from tests.test_run_safety import fake_execute
 KEY = "moe.forward_vs_dense"
 
 
-def write_run(folder: Path, run_id: str, started: str, scale: float = 1.0, git="abc1234"):
-    """One run as the runner leaves it: a results file (a headline, a timed record, a skipped
-    one) and its run.json; `scale` multiplies the large case's times (an injected slowdown)."""
+def samples(ms: float, spread: float) -> tuple[float, ...]:
+    """20 raw samples around `ms`, within +-`spread` of it (deterministic)."""
+    return tuple(ms * (1 + spread * ((i * 7) % 11 - 5) / 5) for i in range(20))
+
+
+def write_run(
+    folder: Path, run_id: str, started: str, scale=1.0, git="abc1234", spread=0.02, busy=""
+):
+    """One run as the runner leaves it: a results file (a headline, a timed record with 20 raw
+    samples within +-`spread`) and its run.json; `scale` multiplies the large case's times (an
+    injected slowdown); `busy`: the runner's reason to distrust its timings ('' if none)."""
     folder.mkdir(parents=True)
+    large = _timed("large", 4.0 * scale)
     records = [
         _timed("small", 1.0, headline=KEY, ratio_vs_baseline=1.5, ratio_low=1.4, ratio_high=1.6),
-        _timed("large", 4.0 * scale),
+        dataclasses.replace(large, samples_ms=samples(large.median_ms, spread)),
     ]
     rows = to_dicts(stamp(records, run_id=run_id, platform="cpu"))
     (folder / RESULTS).write_text(json.dumps(rows))
-    (folder / "run.json").write_text(
-        json.dumps({**RUN, "run_id": run_id, "started_utc": started, "git": git})
-    )
+    notebooks = [{**nb, "machine": {**nb["machine"], "busy": busy}} for nb in RUN["notebooks"]]
+    run = {**RUN, "run_id": run_id, "started_utc": started, "git": git, "notebooks": notebooks}
+    (folder / "run.json").write_text(json.dumps(run))
 
 
-def write_report(folder: Path, run_id: str, day: int, *, repeat=1, scale=1.0, git="abc1234"):
+def write_report(
+    folder: Path, run_id: str, day: int, *, repeat=1, scale=1.0, git="abc1234", spread=0.02,
+    busy="",
+):  # fmt: skip
     """A report of one run, or of `repeat` runs (run-<k>/) and their aggregate run.json."""
     started = f"2026-01-{day:02d}T00:00:00+00:00"
     if repeat == 1:
-        write_run(folder, run_id, started, scale, git)
+        write_run(folder, run_id, started, scale, git, spread, busy)
         return folder
     for k in range(1, repeat + 1):
         # the runs of one side within 2 % of each other, as on a quiet machine
@@ -65,14 +79,16 @@ def cli_run(*args) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def two_reports(tmp_path, *, repeat=1, scale=1.0) -> Path:
+def two_reports(tmp_path, *, repeat=1, scale=1.0, spread=0.02, busy="") -> Path:
     """Two runs into outputs/cpu, one after another, each added by the runners' hook: the
     second replaces the first report, the store keeps both; returns the store."""
     report = tmp_path / "outputs" / "cpu"
-    write_report(report, "r1", 1, repeat=repeat)
+    write_report(report, "r1", 1, repeat=repeat, spread=spread)
     store.remember(report)
     shutil.rmtree(report)
-    write_report(report, "r2", 2, repeat=repeat, scale=scale, git="def5678")
+    write_report(
+        report, "r2", 2, repeat=repeat, scale=scale, git="def5678", spread=spread, busy=busy
+    )
     store.remember(report)
     return tmp_path / "outputs" / store.STORE_NAME
 
@@ -124,10 +140,44 @@ def test_regressions_rests_on_compares_factor(tmp_path, monkeypatch):
     assert cli_run("regressions", "--store", path)[0] == 0
 
 
-def test_one_run_a_side_is_never_a_confirmed_slowdown(tmp_path):
-    path = two_reports(tmp_path, scale=1.5)
-    code, out, _ = cli_run("regressions", "--store", path)
+def test_one_run_a_side_the_raw_samples_decide(tmp_path):
+    """A plain `run` twice (a cron job's): the A/A is quiet; a 50 % slowdown of the second run
+    exits 1 naming the record and its samples' bootstrap interval."""
+    code, out, _ = cli_run("regressions", "--store", two_reports(tmp_path / "aa"))
+    assert code == 0 and "slower" not in out and "2 same" in out, out
+    code, out, _ = cli_run("regressions", "--store", two_reports(tmp_path, scale=1.5))
+    (line,) = [line for line in out.splitlines() if line.startswith("slower")]
+    assert code == 1 and "gemm/large/torch_mm" in line and "1.500x [1.4" in line, out
+
+
+def test_one_run_a_side_whose_samples_straddle_the_factor_is_unconfirmed(tmp_path):
+    """Teeth: the same 50 % slowdown with samples spread +-80 %: the bootstrap interval reaches
+    within the factor, so nothing is confirmed from one run (and the line says how to)."""
+    code, out, _ = cli_run("regressions", "--store", two_reports(tmp_path, scale=1.5, spread=0.8))
     assert code == 0 and "1 unconfirmed" in out and "--repeat 3" in out, out
+
+
+def test_regressions_takes_the_noise_floor_ab_kept_for_the_platform(tmp_path, monkeypatch):
+    """An A/A of `ab` on this platform and device spread to 1.3x: its factor, 1.6, is what a
+    single run's 50 % slowdown is held against (without it: 1.1, and exit 1)."""
+    monkeypatch.setattr(ab, "STORE", tmp_path / "ab")
+    floor = {
+        "platform": "cpu", "device": "Test CPU", "git": "abc1234", "runs_a_side": 5,
+        "factor": 1.1, "records": 2, "ratio_low": 0.8, "ratio_high": 1.3, "ratio_p05": 0.9,
+        "ratio_p95": 1.1, "verdicts": {"slower": 0},
+    }  # fmt: skip
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "noise-floor-cpu.json").write_text(json.dumps(floor))
+    code, out, _ = cli_run("regressions", "--store", two_reports(tmp_path, scale=1.5))
+    assert code == 0 and "factor 1.6 (from the noise floor" in out and "2 same" in out, out
+
+
+def test_one_run_a_side_on_a_busy_machine_confirms_nothing(tmp_path):
+    """The same 50 % slowdown in a run the runner flagged busy (load above the cores): one run's
+    samples cannot tell the code from the machine, so it is unconfirmed, and the line says why."""
+    path = two_reports(tmp_path, scale=1.5, busy="1-min load 9.5 at its start > 2 cores")
+    code, out, _ = cli_run("regressions", "--store", path)
+    assert code == 0 and "1 unconfirmed" in out and "busy: r2" in out, out
 
 
 def test_a_first_run_has_nothing_to_compare(tmp_path):
@@ -241,11 +291,25 @@ def test_cloud_collect_adds_the_reports_it_installs(tmp_path):
     assert all(Path(r["folder"]).parent == (outputs / "cpu").resolve() for r in rows)
 
 
+def test_an_imported_report_folder_adds_its_runs(tmp_path):
+    """`history --add`: a report made elsewhere (a colleague's, a copied folder) joins the store;
+    a folder that is not a report is one line, exit 2, and nothing is added."""
+    path = two_reports(tmp_path)
+    theirs = write_report(tmp_path / "theirs" / "cpu", "t1", 3, repeat=2)
+    code, out, err = cli_run("history", "--store", path, "--add", theirs, tmp_path / "nothing")
+    assert code == 2 and not out and err.count("\n") == 1 and "nothing" in err, err
+    assert len(store.runs(path)) == 2
+    code, out, _ = cli_run("history", "--store", path, "--add", theirs)
+    assert code == 0 and "added 2 run(s)" in out
+    assert [r["report"] for r in store.runs(path)] == ["r1", "r2", "t1", "t1"]
+
+
 def test_compare_names_runs_from_the_store(tmp_path, monkeypatch):
     monkeypatch.setenv(store.STORE_ENV, str(two_reports(tmp_path, repeat=3, scale=1.5)))
     code, out, _ = cli_run("compare", "cpu@previous", "--", "cpu@latest")
     assert code == 1 and "gemm/large" in out and "slower" in out, out
-    assert cli_run("compare", "r1-run-1", "--", "r2-run-1")[0] == 0  # one run a side: unconfirmed
+    code, out, _ = cli_run("compare", "r1-run-1", "--", "r2-run-1")  # one run a side: samples
+    assert code == 1 and "gemm/large" in out, out
     for name in ("cpu@earliest", "gpu@latest", "no-such-run"):
         code, out, err = cli_run("compare", "cpu@latest", "--", name)
         assert code == 2 and err.count("\n") == 1 and name in err, err
@@ -262,5 +326,7 @@ def test_the_gallery_draws_a_trend_and_marks_a_torch_upgrade(tmp_path):
     shutil.move(tmp_path / "next", outputs / "cpu")
     store.remember(outputs / "cpu")
     page = build_gallery(outputs).read_text()
-    assert f'class="trend" data-trend="{KEY}" data-points="2"' in page
-    assert "torch 2.13 -&gt; 2.14" in page
+    (panel,) = re.findall(rf'<figure class="panel" data-key="{KEY}"[^>]*>.*?</figure>', page, re.S)
+    assert 'data-trend-points="2"' in panel and "torch 2.13 -&gt; 2.14" in panel, panel
+    shutil.move(outputs / store.STORE_NAME, tmp_path / "elsewhere.sqlite")  # a fresh clone's
+    assert 'data-trend-points="0"' in build_gallery(outputs).read_text()

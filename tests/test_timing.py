@@ -125,6 +125,7 @@ def test_interleaved_rounds_alternate_order():
     assert timed == ["a", "b", "b", "a", "a", "b", "b", "a"]
 
 
+@pytest.mark.slow
 def test_a_function_against_itself_shows_no_clear_difference():
     """A/A: the same function timed against itself. Under exchangeable rounds the 97.9 % order-
     statistic interval misses 1 with probability ~2 %: require two of three A/A runs to contain it."""

@@ -14,6 +14,9 @@ the noise floor at hand, which later comparisons on the same device show with th
 without --factor, take their factor from (compare.verdict.chosen_factor).
 Ctrl-C keeps the finished runs and the worktrees, and `--resume` continues; the worktrees are
 removed once the comparison is written (one with changes in it stays, and is named).
+Each side's finished runs are added to the results store (kernel_lib.history.store: its default
+place, $KERNEL_WORKBOOK_STORE or outputs/history.sqlite) as one report, `ab:<OUT name>/<side>`;
+a side slowed by --slow-b is a test's, not a measurement, and is left out.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ from kernel_lib.compare import (
     NOISE_FLOOR_FILE,
     CompareError,
     compare_runs,
+    kept_noise_floor,
     load_side,
     noise_floor,
-    read_noise_floor,
     to_html,
     to_json,
     to_text,
 )  # fmt: skip
+from kernel_lib.history import store
 from kernel_lib.measure import slowdowns
 from kernel_lib.outdir import locked
 from kernel_lib.params import ROOT, ParameterError, load_plan, parse_override
@@ -150,18 +154,7 @@ def _previous(out: Path, identity: dict, resume: bool) -> dict | None:
 
 def _floor_at_hand(platform: str, device: str | None) -> dict | None:
     """The noise floor an A/A on this platform stored, when it was measured on `device`."""
-    path = STORE / f"noise-floor-{platform}.json"
-    if not path.exists():
-        return None
-    try:
-        floor = read_noise_floor(path)
-    except CompareError as err:
-        print(f"note: noise floor not used: {err}", file=sys.stderr)
-        return None
-    if floor["device"] != device:
-        print(f"note: {path} was measured on {floor['device']}: not used", file=sys.stderr)
-        return None
-    return floor
+    return kept_noise_floor(STORE, platform, device)
 
 
 def _compare(out: Path, state: dict, failed: list[str]) -> int:
@@ -213,6 +206,18 @@ def _keep_noise_floor(out: Path, state: dict, comparison) -> None:
         return
     write_text(kept, text)
     print(f"noise floor of this A/A: {kept}")
+
+
+def _remember(out: Path, state: dict) -> None:
+    """Each side's finished runs into the results store, one report a side (a side slowed by
+    --slow-b left out); a store that fails says so and fails nothing (store.remember)."""
+    path = store.store_path(report=ROOT / "outputs" / "ab")  # $KERNEL_WORKBOOK_STORE, else ours
+    for side in rounds.SIDES:
+        if side == "B" and state["slow_b"]:
+            continue
+        if any(rounds.done(out, side, k) for k in range(1, state["runs"] + 1)):
+            store.remember(out / side, path=path, report=f"ab:{out.name}/{side}")
+    print(f"results store: the runs of {'A' if state['slow_b'] else 'A and B'} added to {path}")
 
 
 def _header(state: dict) -> str:
@@ -276,6 +281,7 @@ def ab(
         arguments += [arg for p in params for arg in ("-p", p)]
         sys.stderr.write(_header(state) + f"ab: into {out}\n")
         failed = rounds.run_all(out, sides, state["runs"], arguments)
+        _remember(out, state)
         code = _compare(out, state, failed)
         for path in set(paths.values()):
             if why := remove(ROOT, path):

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_lib.history.store import STORE_ENV
 from kernel_lib.measure import TEST_SLOWDOWN_ENV
 from kernel_lib.outdir import RUN_FILE
 from kernel_lib.params import ParameterError
@@ -43,8 +44,9 @@ class Side:
 
 def environment(checkout: Path, repo: Path, slowdown: str | None) -> dict:
     """os.environ for the runs of `checkout`: it first on PYTHONPATH (without `repo`, the checkout
-    `ab` runs from), the test-only slowdown knob set to `slowdown` or unset."""
-    env = {k: v for k, v in os.environ.items() if k != TEST_SLOWDOWN_ENV}
+    `ab` runs from), the test-only slowdown knob set to `slowdown` or unset, the results store
+    unset (`ab` adds each side's runs itself, as one report)."""
+    env = {k: v for k, v in os.environ.items() if k not in (TEST_SLOWDOWN_ENV, STORE_ENV)}
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     others = [p for p in paths if Path(p).resolve() not in (repo, checkout)]
     env["PYTHONPATH"] = os.pathsep.join([str(checkout), *others])

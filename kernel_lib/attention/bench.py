@@ -400,17 +400,21 @@ def window_sweep(
     """Causal sliding window at each window, at S = cfg.windows_seq_len: flex and every SDPA
     backend, with causal flex (`variant`) on the same inputs as the baseline (ratio = speedup the
     window buys, with its interval); metrics.ideal_speedup = causal needed FLOPs / window needed
-    FLOPs. The window's own flex variant is tuned first at cfg.window (a narrow band favours
-    small tiles: fewer masked keys per query), records included. Windows are captured as
-    tensors, so the sweep adds no compiles after the tuning."""
+    FLOPs. Where cfg.flex_variants() offers a choice, the window's own flex variant is tuned
+    first at cfg.window (a narrow band favours small tiles: fewer masked keys per query),
+    records included; with one variant the band runs `variant` (no compile per tile, nothing
+    to choose). Windows are captured as tensors, so the sweep adds no compiles after the
+    first window (none at all where S is the pattern sections' and the band's variant theirs)."""
     shape = cfg.shape(cfg.windows_seq_len)
-    banded, tuning = tune_flex(
-        cfg,
-        facts=facts,
-        pattern="causal_sliding_window",
-        seq_len=shape.seq_len,
-        progress=progress,
-    )
+    banded, tuning = variant, []
+    if len(cfg.flex_variants()) > 1:
+        banded, tuning = tune_flex(
+            cfg,
+            facts=facts,
+            pattern="causal_sliding_window",
+            seq_len=shape.seq_len,
+            progress=progress,
+        )
     qkv = make_qkv(shape, device=facts.device, seed=0)
     causal = cfg.pattern("causal")
     causal_check = forward_check(causal, *qkv)  # its reference is built once for all windows

@@ -19,6 +19,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from kernel_lib.attention import masks
 from kernel_lib.attention.flex import call_flex
 from kernel_lib.config import DTYPES
+from kernel_lib.profiling.phases import phase
 
 # What a query may see: every key (cross-attention), bottom-right causal (decode), or keys of
 # its own document (cross-attention over packed documents).
@@ -134,7 +135,8 @@ def flex_decode(
     """Compiled flex_attention (the process-wide function, enable_gqa) of q (B, Hq, Lq, D) over
     k, v (B, Hkv, Lk, D) under the shape's mask; input dtype out. A new (Lq, Lk, dtype) compiles
     once (static shapes); Unsupported where Inductor cannot compile it (flex.call_flex)."""
-    mask = block_mask_for(shape, str(q.device), block_size)
+    with phase("block mask"):
+        mask = block_mask_for(shape, str(q.device), block_size)
     gqa = shape.heads != shape.kv_heads
     return call_flex(q, k, v, block_mask=mask, enable_gqa=gqa)
 

@@ -26,6 +26,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from kernel_lib.attention.patterns import FlexMods, PatternConfig, build_pattern
 from kernel_lib.checks import Unsupported
 from kernel_lib.measure import error_line
+from kernel_lib.profiling.phases import phase
 from kernel_lib.timing import Timing, time_fn
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -60,7 +61,8 @@ def call_flex(q: Tensor, k: Tensor, v: Tensor, **kwargs):
     (no lse on a CPU, a head dim past the GPU kernel's shared memory, a tile the GPU kernel's
     BLOCK_M/BLOCK_N do not divide): the one place a refused flex compile becomes a skip."""
     try:
-        return compiled_flex_attention()(q, k, v, **kwargs)
+        with phase("kernel"):
+            return compiled_flex_attention()(q, k, v, **kwargs)
     except BackendCompilerFailed as why:  # InductorError (a refused lowering) is one too
         raise Unsupported(
             f"Inductor cannot compile flex_attention for D={q.shape[-1]}, Dv={v.shape[-1]}, "
@@ -247,7 +249,8 @@ def _flex_kwargs(config: PatternConfig, q: Tensor, block_size: int) -> dict:
     """flex_attention's score_mod and (cached) block_mask of `config` on inputs shaped like q."""
     _, H, S, _ = q.shape
     device = str(q.device)
-    mask = block_mask_for(config, S, device=device, block_size=block_size)
+    with phase("block mask"):
+        mask = block_mask_for(config, S, device=device, block_size=block_size)
     return {"score_mod": _pattern(config, S, H, device).score_mod, "block_mask": mask}
 
 

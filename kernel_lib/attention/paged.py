@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from kernel_lib.attention.flex import call_flex
+from kernel_lib.profiling.phases import phase
 
 
 class PagedCache(NamedTuple):
@@ -149,6 +150,7 @@ def flex_paged(q: Tensor, cache: PagedCache) -> Tensor:
     batch of 1 is broadcast over B. Same result as flex on the gathered dense k, v.
     Unsupported (call_flex) where Inductor refuses the key tile of one page: on a GPU, flex's
     Triton kernel needs P to be a multiple of its BLOCK_N (up to 128)."""
-    mask = paged_block_mask(cache, q.shape[2])
+    with phase("block mask"):
+        mask = paged_block_mask(cache, q.shape[2])
     gqa = q.shape[1] != cache.k_pool.shape[1]
     return call_flex(q, cache.k_pool, cache.v_pool, block_mask=mask, enable_gqa=gqa)

@@ -10,6 +10,7 @@ from kernel_lib.compare.comparison import compare_folders, compare_runs
 from kernel_lib.compare.noise import (
     NOISE_FLOOR_FILE,
     NOISE_FLOOR_KEYS,
+    kept_noise_floor,
     noise_floor,
     read_noise_floor,
 )
@@ -20,8 +21,10 @@ from kernel_lib.compare.verdict import (
     DEFAULT_FACTOR,
     VERDICT_WORDS,
     apart,
+    bootstrap_interval,
     chosen_factor,
     permutation_p,
+    samples_verdict,
     timing_verdict,
 )
 
@@ -33,16 +36,19 @@ __all__ = [
     "VERDICT_WORDS",
     "CompareError",
     "apart",
+    "bootstrap_interval",
     "chosen_factor",
     "cli",
     "compare_folders",
     "compare_runs",
+    "kept_noise_floor",
     "load_side",
     "noise_floor",
     "parse_args",
     "permutation_p",
     "read_noise_floor",
     "run_folders",
+    "samples_verdict",
     "timing_verdict",
     "to_html",
     "to_json",

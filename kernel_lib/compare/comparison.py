@@ -12,9 +12,11 @@ import pandas as pd
 
 from kernel_lib.compare.runs import CompareError, Run, _by_key, load_side
 from kernel_lib.compare.verdict import (
+    MIN_RUNS,
     _ratio,
     apart,
     chosen_factor,
+    samples_verdict,
     spread_interval,
     timing_verdict,
 )
@@ -60,6 +62,12 @@ def _side_status(rows: list[dict]) -> str:
 
 def _timed(rows: list[dict]) -> bool:
     return all(r.get("status", "ok") == "ok" and r.get("median_ms") is not None for r in rows)
+
+
+def _samples(rows: list[dict]) -> list[float]:
+    """A side's raw samples, pooled over its runs (none when a run kept none)."""
+    kept = [r.get("samples_ms") or [] for r in rows]
+    return [float(v) for s in kept for v in s] if all(kept) else []
 
 
 def _is_number(v) -> bool:
@@ -182,6 +190,7 @@ def compare_runs(
         raise CompareError("the two sides have no record in common")
     identities = {(r.platform, r.device) for r in (*a, *b)}
     cross = len(identities) > 1
+    busy = any(run.busy for run in (*a, *b))
     rows = []
     for key in sorted(set(a_rows) | set(b_rows)):
         ra, rb = a_rows.get(key), b_rows.get(key)
@@ -210,6 +219,10 @@ def compare_runs(
         if timed:
             verdict, ratio, p = timing_verdict(ma, mb, factor)
             row.update(verdict=verdict, ratio=ratio, apart=apart(ma, mb), p=p)
+            if min(len(ma), len(mb)) < MIN_RUNS:  # the runs' raw samples decide
+                row["verdict"], row["low"], row["high"] = samples_verdict(
+                    ma, mb, _samples(ra), _samples(rb), factor, busy=busy
+                )
         elif sa == "ok" and sb != "ok":
             row["verdict"] = "lost"
         elif sa != "ok" and sb == "ok":
@@ -223,7 +236,8 @@ def compare_runs(
         columns = ["key", "a_ms", "b_ms", "ratio", "low", "high", "a_runs", "b_runs"]
         columns += ["a_status", "b_status"]
     else:
-        columns = ["key", "verdict", "a_ms", "b_ms", "ratio", "apart", "p", "a_runs", "b_runs"]
+        columns = ["key", "verdict", "a_ms", "b_ms", "ratio", "low", "high", "apart", "p"]
+        columns += ["a_runs", "b_runs"]
         columns += ["a_run_ms", "b_run_ms", "a_status", "b_status"]
     table = pd.DataFrame(rows).reindex(columns=columns)
     table[["a_runs", "b_runs"]] = table[["a_runs", "b_runs"]].astype("Int64")

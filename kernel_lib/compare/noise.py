@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 from kernel_lib.compare.comparison import Comparison
@@ -72,6 +73,23 @@ def read_noise_floor(path: str | Path) -> dict:
         raise CompareError(f"--noise-floor {path}: verdicts must count records (integers)")
     if not isinstance(floor.get("measured_utc") or "", str):
         raise CompareError(f"--noise-floor {path}: measured_utc is not a date (text)")
+    return floor
+
+
+def kept_noise_floor(folder: Path, platform: str, device: str | None) -> dict | None:
+    """The noise floor an A/A of `ab` kept for `platform` in `folder` (noise-floor-<platform>.json),
+    when it was measured on `device` (a note on stderr when it is not, or is damaged)."""
+    path = Path(folder) / f"noise-floor-{platform}.json"
+    if not path.exists():
+        return None
+    try:
+        floor = read_noise_floor(path)
+    except CompareError as err:
+        print(f"note: noise floor not used: {err}", file=sys.stderr)
+        return None
+    if floor["device"] != device:
+        print(f"note: {path} was measured on {floor['device']}: not used", file=sys.stderr)
+        return None
     return floor
 
 

@@ -34,7 +34,9 @@ def _header(c: Comparison) -> list[str]:
             f"factor {c.factor:g}; one-sided exact permutation test (difference of means of the "
             f"run medians) at p <= {ALPHA:g} with >= {MIN_RUNS} runs a side; with fewer than "
             f"{RESOLVED_RUNS} runs on a side, a verdict also needs the closest runs of the two "
-            f"sides apart by the factor (`apart`)."
+            f"sides apart by the factor (`apart`); with fewer than {MIN_RUNS} runs a side, the "
+            f"whole 95 % bootstrap interval of the ratio from the runs' raw samples (`low`, "
+            f"`high`) beyond the factor as well."
         )
         lines.append(
             f"Rests on: {len(c.a)} run(s) of A, {len(c.b)} of B; factor {c.factor:g} "
@@ -174,6 +176,8 @@ def to_json(c: Comparison) -> dict:
             alpha=ALPHA,
             min_runs=MIN_RUNS,
             apart="closest runs of the two sides: min B / max A (B slower), max B / min A (faster)",
+            interval=f"with fewer than {MIN_RUNS} runs a side: [low, high], the 95 % bootstrap "
+            "interval of median(B) / median(A) from the runs' raw samples",
         )
     return _jsonable(out)
 

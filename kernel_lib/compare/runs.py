@@ -30,13 +30,24 @@ class Run:
     git: str | None
     records: dict[str, dict] = field(repr=False)
     stale: tuple[str, ...] = ()  # notebooks left out: the report kept an earlier run's records
+    busy: str = ""  # why its timings shared a busy machine (run.json's notebooks), '' if quiet
 
     def describe(self) -> str:
         parts = [str(self.folder), self.platform or "?", self.device or "?"]
         if self.git:
             parts.append(f"git {self.git}")
-        text = " · ".join(parts)
+        text = " · ".join(parts) + (f" · BUSY ({self.busy})" if self.busy else "")
         return text + (f" (left out, stale: {', '.join(self.stale)})" if self.stale else "")
+
+
+def busy_of(meta: dict) -> str:
+    """Why a run's timings shared a busy machine: its notebooks' `machine.busy` (a run.json's),
+    '' when none was busy."""
+    return "; ".join(
+        f"{nb['notebook']}: {nb['machine']['busy']}"
+        for nb in meta.get("notebooks") or []
+        if (nb.get("machine") or {}).get("busy") and not nb.get("stale_results")
+    )
 
 
 def match_key(row: dict) -> str:
@@ -87,6 +98,7 @@ def load_run(folder: str | Path) -> Run:
         git=meta.get("git"),
         records=records,
         stale=stale,
+        busy=busy_of(meta),
     )
 
 
@@ -105,6 +117,7 @@ def stored_runs(path: Path, rows: list[dict]) -> list[Run]:
             run_id=r["run_id"],
             git=r["git"],
             records=by_run[r["run_id"]],
+            busy=busy_of(json.loads(r["run_json"])),
         )
         for r in rows
     ]

@@ -14,8 +14,23 @@ Same device (every run on both sides has one platform and one device name):
   least 3 runs a side, an exact permutation test on the per-run medians says p <= 0.05 AND, with
   fewer than 5 runs on a side, the runs are apart by the factor (`apart` beyond f too: every run
   of B is more than f times slower, or faster, than every run of A).
-- `unconfirmed`: beyond the factor, but fewer than 3 runs a side, the test is not significant, or
-  (fewer than 5 runs on a side) some runs of the two sides lie within the factor of each other.
+- With fewer than 3 runs a side (a single run each: a cron job's `run`), the test cannot speak;
+  the raw samples of the runs (each record keeps its `samples_ms`) decide instead: `slower` /
+  `faster` when the ratio and `apart` are beyond the factor AND so is the whole 95 % bootstrap
+  interval of the ratio (`low`, `high`: BOOTSTRAP_DRAWS resamplings of each side's samples,
+  pooled over its runs, seeded; the ratio of their medians, its 2.5 and 97.5 percentiles), AND
+  no run of either side was made on a busy machine (the runner's `busy` in run.json: the 1-min
+  load above the core count, or CPU steal). Why the last: the samples of one run cannot tell
+  the code from the machine. Measured on this 2-core VM under a load of 9-13 (other jobs), runs
+  of one frozen revision of the `ci` fp8 notebook (57 timed records), one run against another:
+  with 2 torch threads records 100-3000x apart with tight intervals (threads waiting for their
+  time slice), 60 `slower` in 3 A/A pairs; with 1 thread, 30 `slower` and 22 `faster` in 10
+  pairs (speed states 1.1-1.4x apart, intervals +-1 %), while a 30 % slowdown injected into
+  `bf16_linear` was `slower` in 34 of 35 record pairs. Without the busy rule one run cannot be
+  told from its machine; with it: 0 verdicts in those A/As (and, here, the injected one too).
+- `unconfirmed`: beyond the factor, but the test is not significant, (fewer than 5 runs on a
+  side) some runs of the two sides lie within the factor of each other, or (fewer than 3 runs a
+  side) the bootstrap interval reaches within the factor, or a run kept too few samples.
 - `same`: within the factor.
 - `lost`: ok in A, failed/skipped/wrong in B (a side's status is `ok` only if every run has it ok);
   `recovered`: the reverse; `not run`: not ok on either side; `untimed`: ok on both sides but
@@ -82,6 +97,8 @@ import math
 import random
 import statistics
 
+import numpy as np
+
 ALPHA = 0.05
 MIN_RUNS = 3  # runs a side before the permutation test can confirm a verdict
 RESOLVED_RUNS = 5  # runs a side from which the test alone confirms (below: the runs must be apart)
@@ -90,6 +107,8 @@ FLOOR_MARGIN = 2.0  # a factor taken from a noise floor: this many times its wid
 MIN_FACTOR = 1.05  # and never below this
 EXACT_LIMIT = 200_000  # relabellings enumerated exactly; beyond it, a seeded random sample
 SAMPLED_RELABELLINGS = 100_000
+BOOTSTRAP_DRAWS = 2000  # resamplings of the raw samples, with fewer than MIN_RUNS runs a side
+MIN_SAMPLES = 5  # raw samples a side below which a bootstrap interval says nothing
 VERDICT_WORDS = (
     "slower", "faster", "unconfirmed", "same", "lost", "recovered", "not run", "untimed", "new",
     "gone",
@@ -166,6 +185,47 @@ def timing_verdict(
     if p is None or p > ALPHA or (min(len(a), len(b)) < RESOLVED_RUNS and not separated):
         return "unconfirmed", ratio, p
     return "slower" if slower else "faster", ratio, p
+
+
+def bootstrap_interval(
+    a_samples: list[float], b_samples: list[float], *, draws: int = BOOTSTRAP_DRAWS
+) -> tuple[float, float]:
+    """The 95 % percentile bootstrap interval of median(B) / median(A): each side's samples
+    resampled with replacement `draws` times (seeded: the same samples give the same interval)."""
+    rng = np.random.default_rng(0)
+    a, b = np.asarray(a_samples, dtype=float), np.asarray(b_samples, dtype=float)
+    med_a = np.median(a[rng.integers(0, len(a), (draws, len(a)))], axis=1)
+    med_b = np.median(b[rng.integers(0, len(b), (draws, len(b)))], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low, high = np.quantile(med_b / med_a, [0.025, 0.975])
+    return float(low), float(high)
+
+
+def samples_verdict(
+    a: list[float],
+    b: list[float],
+    a_samples: list[float],
+    b_samples: list[float],
+    factor: float = DEFAULT_FACTOR,
+    *,
+    busy: bool = False,
+) -> tuple[str, float, float]:
+    """(verdict, low, high) of a record with fewer than MIN_RUNS runs a side, from the runs'
+    medians `a`, `b` and their pooled raw samples (`busy`: a run of either side shared a busy
+    machine): see the module docstring."""
+    if min(len(a_samples), len(b_samples)) < MIN_SAMPLES:
+        return timing_verdict(a, b, factor)[0], math.nan, math.nan
+    low, high = bootstrap_interval(a_samples, b_samples)
+    ratio, gap = _ratio(a, b), apart(a, b)
+    if not (ratio > factor or ratio < 1 / factor):
+        return "same", low, high
+    if busy:
+        return "unconfirmed", low, high
+    if ratio > factor and gap > factor and low > factor:
+        return "slower", low, high
+    if ratio < 1 / factor and gap < 1 / factor and high < 1 / factor:
+        return "faster", low, high
+    return "unconfirmed", low, high
 
 
 def spread_interval(a_rows: list[dict], b_rows: list[dict]) -> tuple[float, float]:

@@ -26,6 +26,7 @@ from kernel_lib.fp8.scaling import (
     push_amax,
     scaling_recipe,
 )  # fmt: skip
+from kernel_lib.profiling.phases import phase
 
 ALIGN = 16  # cuBLASLt FP8 GEMMs need K and N divisible by 16 (pytorch/pytorch#106844)
 GRAD_DTYPES = ("e5m2", "e5m2fnuz", "e4m3fn", "e4m3fnuz", "bfloat16")
@@ -201,11 +202,15 @@ def _pad_rows(t: torch.Tensor, multiple: int) -> torch.Tensor:
 class _Fp8MatmulFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, layer):  # x: (M, K), weight: (N, K)
-        qx, qw = layer._q_x(x), layer._q_w(weight)
+        with phase("quantise activation"):
+            qx = layer._q_x(x)
+        with phase("quantise weight"):
+            qw = layer._q_w(weight)
         ctx.layer = layer
         ctx.save_for_backward(x, weight)
         ctx.qx, ctx.qw = qx, qw
-        return scaled_mm(qx, qw, out_dtype=x.dtype)
+        with phase("GEMM"):
+            return scaled_mm(qx, qw, out_dtype=x.dtype)
 
     @staticmethod
     def backward(ctx, grad):  # grad: (M, N)

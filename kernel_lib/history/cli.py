@@ -74,6 +74,11 @@ def cmd_history(args) -> int:
         ids = store.rebuild(args.outputs, path)
         print(f"{path}: rebuilt from {args.outputs}: {len(ids)} run(s)")
         return 0
+    if args.add:
+        runs = [store.report_runs(folder) for folder in args.add]  # every folder read first
+        for folder, found in zip(args.add, runs):
+            print(f"{path}: added {len(store.add_runs(found, path))} run(s) of {folder}")
+        return 0
     table = history_table(path, args.platform, args.key)
     if args.csv:
         table.to_csv(sys.stdout, index=False)
@@ -127,6 +132,13 @@ def add_parsers(subparsers) -> None:
     history.add_argument(
         "--outputs", type=Path, default=ROOT / "outputs", help="where --rebuild reads reports"
     )
+    history.add_argument(
+        "--add",
+        nargs="+",
+        metavar="FOLDER",
+        type=Path,
+        help="add these report folders' runs (one imported from elsewhere, a colleague's)",
+    )
     check = _subcommand(
         subparsers,
         "regressions",
@@ -135,4 +147,8 @@ def add_parsers(subparsers) -> None:
         cmd_regressions,
     )
     check.add_argument("--factor", type=float, help="the factor (default: compare's rule)")
-    check.add_argument("--noise-floor", help="an A/A's noise-floor.json (sets the factor)")
+    check.add_argument(
+        "--noise-floor",
+        help="an A/A's noise-floor.json (sets the factor; default: the one `ab` kept for the "
+        "platform, .cache/ab/noise-floor-<platform>.json, when measured on its device)",
+    )

@@ -174,12 +174,17 @@ def _record_rows(folder: Path, run_id: str, stale: set[str]) -> list[dict]:
     return rows
 
 
-def report_runs(folder: str | Path) -> list[tuple[dict, list[dict]]]:
+def report_runs(folder: str | Path, report: str | None = None) -> list[tuple[dict, list[dict]]]:
     """(run row, record rows) of each run a report folder holds (its `run-<k>/` runs, or itself),
-    read and checked before anything is written; ParameterError naming a damaged file."""
+    read and checked before anything is written; ParameterError naming a damaged file. The runs
+    of `run-<k>/` belong to the report `report` when given (an `ab` side), else to the folder's
+    own run.json."""
     folder = Path(folder).resolve()
     runs = run_folders(folder)
-    report = read_run(folder / RUN_FILE).get("run_id") if runs else None
+    if runs and report is None:
+        report = read_run(folder / RUN_FILE).get("run_id")
+    if not runs and not (folder / RUN_FILE).exists():
+        raise ParameterError(f"{folder}: not a report folder (no {RUN_FILE}, no run-<k>/)")
     out = []
     for run_folder in runs or [folder]:
         run = read_run(run_folder / RUN_FILE)
@@ -202,24 +207,31 @@ def _insert(con: sqlite3.Connection, row: dict, records: list[dict]) -> None:
     )
 
 
-def add_report(folder: str | Path, path: str | Path) -> list[str]:
-    """Add (or replace) every run of the report `folder` in the store at `path`, in one
-    transaction; returns their run ids."""
-    runs = report_runs(folder)
+def add_report(folder: str | Path, path: str | Path, report: str | None = None) -> list[str]:
+    """Add (or replace) every run of the report `folder` (`report_runs`) in the store at `path`,
+    in one transaction; returns their run ids."""
+    return add_runs(report_runs(folder, report), path)
+
+
+def add_runs(runs: list[tuple[dict, list[dict]]], path: str | Path) -> list[str]:
+    """Add (or replace) `runs` (`report_runs`) in the store at `path`, in one transaction;
+    returns their run ids."""
     with connect(path) as con, _transaction(con):
         for row, records in runs:
             _insert(con, row, records)
     return [row["run_id"] for row, _ in runs]
 
 
-def remember(folder: str | Path) -> None:
-    """The runners' hook: add the report `folder` to its store (`store_path`); a store that
-    fails says so in one line and never fails the run: the report stands, and `--rebuild`
-    brings the store back from it."""
+def remember(
+    folder: str | Path, *, path: str | Path | None = None, report: str | None = None
+) -> None:
+    """The runners' hook: add the report `folder` (`add_report`) to the store at `path` (default:
+    its store, `store_path`); a store that fails says so in one line and never fails the run:
+    the report stands, and `--rebuild` brings the store back from it."""
     try:
-        path = store_path(report=folder)
+        path = path or store_path(report=folder)
         if path is not None:
-            add_report(folder, path)
+            add_report(folder, path, report)
     except (ParameterError, OSError, sqlite3.Error) as err:
         print(f"warning: run not added to the results store: {err}", file=sys.stderr, flush=True)
 
@@ -247,13 +259,11 @@ def rebuild(outputs: str | Path, path: str | Path) -> list[str]:
     fresh = path.with_name(f".{path.name}.rebuild-{os.getpid()}")
     fresh.unlink(missing_ok=True)
     try:
-        with connect(fresh) as con, _transaction(con):
-            for row, records in runs:
-                _insert(con, row, records)
+        ids = add_runs(runs, fresh)
         os.replace(fresh, path)
     finally:
         fresh.unlink(missing_ok=True)
-    return [row["run_id"] for row, _ in runs]
+    return ids
 
 
 def headline_value(record: dict) -> tuple[str, float | None]:

@@ -39,6 +39,7 @@ from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
 from kernel_lib.platform import DeviceFacts
+from kernel_lib.profiling.phases import phase
 from kernel_lib.variants import choose
 
 TOPIC = "moe"
@@ -49,9 +50,10 @@ DENSE_BASIS = "dense GEMM pair, same FLOPs, same run"
 BACKWARD_FLOPS = 2.5
 # The layer every other layer type is compared with, when it is timed.
 LAYER_BASELINE = "standard"
-# One untimed call per candidate besides its checked first call: every path here is warm after it
-# (torch.compile compiles in the checked call).
-WARMUP = 1
+# No warm-up call besides the two every candidate has: its checked first call (torch.compile
+# compiles in it) and time_interleaved's call that sizes its reps. Every path here is warm after
+# the first; a third call cost the plain loop ~1/13 of its time in each compare (13 -> 12 calls).
+WARMUP = 0
 
 
 def _mode(backward: bool) -> str:
@@ -86,7 +88,10 @@ def dense_candidate(case: MoECase, *, backward: bool = False) -> Candidate:
     w1, w2 = ff.w_in[0].detach().clone(), ff.w_out[0].detach().clone()
 
     def pair(a, w1, w2):
-        return (a @ w1)[:, : ff.ffn] @ w2  # SwiGLU's w_in is 2F wide: same FLOPs as its experts
+        with phase("GEMM 1"):  # SwiGLU's w_in is 2F wide: same FLOPs as its experts
+            h = (a @ w1)[:, : ff.ffn]
+        with phase("GEMM 2"):
+            return h @ w2
 
     if backward:
         w1.requires_grad_(True)
@@ -304,13 +309,14 @@ SEED_CASES = {  # case name -> (our dtype, headline key)
 
 
 def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> list[rec.Record]:
-    """Our strategies (eager forward, the plain loop among them) against the seed-style
-    baseline at the first shape, in one interleaved compare with baseline `seed_style`: case
-    `seed_same_dtype` (ours in fp32) or `seed_config` (ours in moe_dtype against the seed's
-    fp32 training-mode forward). The headline: the dispatch chosen here (`chosen_headline`)."""
+    """Our side strategies (cfg.side; eager forward, the plain loop among them) against the
+    seed-style baseline at the first shape, in one interleaved compare with baseline
+    `seed_style`: case `seed_same_dtype` (ours in fp32) or `seed_config` (ours in moe_dtype
+    against the seed's fp32 training-mode forward). The headline: the dispatch chosen here
+    (`chosen_headline`)."""
     dtype, key = SEED_CASES[case_name]
     dtype, shape = dtype or cfg.dtype, cfg.shapes[0]  # None: moe_dtype
-    strategies = with_plain(cfg.strategies)
+    strategies = with_plain(cfg.side)
     names = [f"dispatch_{s}" for s in strategies] + [SEED]
     reason = memory_reason(shape, "float32", facts)  # the seed's dtype
     if reason:
@@ -335,12 +341,10 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
 
 
 def section_capacity(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
-    """Capacity-factor mode (priority drops) at the first shape: case `forward_capacity`,
-    with the routing's load and drop figures in every record's metrics."""
+    """Capacity-factor mode (priority drops) at the first shape, the side strategies (cfg.side):
+    case `forward_capacity`, with the routing's load and drop figures in every record's metrics."""
     shape = cfg.shapes[0].with_capacity_factor(cfg.capacity_factor)
-    _, records = compare_strategies(
-        cfg, facts, shape, cfg.strategies, case_name="forward_capacity"
-    )
+    _, records = compare_strategies(cfg, facts, shape, cfg.side, case_name="forward_capacity")
     if memory_reason(shape, cfg.dtype, facts):
         return records
     load = load_metrics(_make_case(cfg, facts, shape).routing)

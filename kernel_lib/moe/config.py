@@ -68,6 +68,12 @@ class MoEBenchConfig:
         ("sorted_grouped",),
         f"strategies also timed forward under torch.compile; any of {_any_of(STRATEGIES)}",
     )
+    side_strategies: tuple = param(
+        STRATEGIES,
+        "of moe_strategies, those also timed against the seed-style baseline (the plain loop "
+        "always among them) and in capacity mode; a non-empty list of "
+        f"{_any_of(STRATEGIES)}",
+    )
     backward: bool = param(True, "also time forward + backward (weight gradients); True or False")
     layer_types: tuple = param(
         LAYER_TYPES,
@@ -179,6 +185,7 @@ class MoEBenchConfig:
         # empty, these would leave a section (and its table or plot) nothing to run
         for name, choices in (
             ("strategies", STRATEGIES),
+            ("side_strategies", STRATEGIES),
             ("sweep_strategies", STRATEGIES),
             ("layer_types", LAYER_TYPES),
             ("presets", tuple(PRESETS)),
@@ -242,6 +249,12 @@ class MoEBenchConfig:
                 (memory_needed(at, item), ("presets", "preset_scale", "preset_tokens", "dtype"))
             )
         return largest_needs(cases, "moe_")
+
+    @property
+    def side(self) -> tuple:
+        """The strategies of the side compares (seed-style, capacity): moe_strategies, in their
+        order, that moe_side_strategies names."""
+        return tuple(s for s in self.strategies if s in self.side_strategies)
 
     @property
     def shapes(self) -> list[MoEShape]:

@@ -19,6 +19,7 @@ from torch import Tensor
 from kernel_lib.moe.experts import FeedForwardExperts, activate
 from kernel_lib.moe.packed import packed, packed_linear
 from kernel_lib.moe.routing import Routing
+from kernel_lib.profiling.phases import phase
 
 GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -141,12 +142,17 @@ def dispatch_sorted_grouped(x: Tensor, routing: Routing, experts: FeedForwardExp
     _check_inputs(x, routing)
     _check_ffn(experts)
     check_grouped_mm(x, experts)
-    order, tokens, _, offsets = sort_by_expert(routing)
-    h = torch._grouped_mm(x.index_select(0, tokens), experts.w_in, offs=offsets)
-    y = torch._grouped_mm(
-        activate(h, experts.activation, inplace=True), experts.w_out, offs=offsets
-    )
-    return combine_sorted(y, order, routing, x)
+    with phase("sort/gather"):
+        order, tokens, _, offsets = sort_by_expert(routing)
+        xs = x.index_select(0, tokens)
+    with phase("expert GEMM 1"):
+        h = torch._grouped_mm(xs, experts.w_in, offs=offsets)
+    with phase("activation"):
+        h = activate(h, experts.activation, inplace=True)
+    with phase("expert GEMM 2"):
+        y = torch._grouped_mm(h, experts.w_out, offs=offsets)
+    with phase("combine"):
+        return combine_sorted(y, order, routing, x)
 
 
 def dispatch_sorted_segments(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> Tensor:
@@ -156,21 +162,20 @@ def dispatch_sorted_segments(x: Tensor, routing: Routing, experts: FeedForwardEx
     """
     _check_inputs(x, routing)
     _check_ffn(experts)
-    order, tokens, _, _ = sort_by_expert(routing)
-    xs = x.index_select(0, tokens)
-    segments = xs.split(routing.counts.tolist())
-    y = (
-        torch.cat(
-            [
-                activate(seg @ experts.w_in[e], experts.activation, inplace=True)
-                @ experts.w_out[e]
-                for e, seg in enumerate(segments)
-            ]
-        )
-        if segments
-        else xs
-    )
-    return combine_sorted(y, order, routing, x)
+    with phase("sort/gather"):
+        order, tokens, _, _ = sort_by_expert(routing)
+        xs = x.index_select(0, tokens)
+    ys = []
+    for e, seg in enumerate(xs.split(routing.counts.tolist())):
+        with phase("expert GEMM 1"):
+            h = seg @ experts.w_in[e]
+        with phase("activation"):
+            h = activate(h, experts.activation, inplace=True)
+        with phase("expert GEMM 2"):
+            ys.append(h @ experts.w_out[e])
+    y = torch.cat(ys) if ys else xs
+    with phase("combine"):
+        return combine_sorted(y, order, routing, x)
 
 
 def dispatch_packed_segments(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> Tensor:
@@ -186,17 +191,23 @@ def dispatch_packed_segments(x: Tensor, routing: Routing, experts: FeedForwardEx
     check_inference("packed_segments", x, experts)
     weights = packed(experts)
     relu = experts.activation == "relu"
-    order, tokens, _, _ = sort_by_expert(routing)
-    xs = x.index_select(0, tokens)
+    with phase("sort/gather"):
+        order, tokens, _, _ = sort_by_expert(routing)
+        xs = x.index_select(0, tokens)
     y = torch.empty_like(xs)
     start = 0
     for e, n in enumerate(routing.counts.tolist()):
         if n:
-            h = packed_linear(xs[start : start + n], weights.w_in[e], relu=relu)
-            h = h if relu else activate(h, experts.activation, inplace=True)
-            y[start : start + n] = packed_linear(h, weights.w_out[e])
+            with phase("expert GEMM 1"):
+                h = packed_linear(xs[start : start + n], weights.w_in[e], relu=relu)
+            if not relu:
+                with phase("activation"):
+                    h = activate(h, experts.activation, inplace=True)
+            with phase("expert GEMM 2"):
+                y[start : start + n] = packed_linear(h, weights.w_out[e])
         start += n
-    return combine_sorted(y, order, routing, x)
+    with phase("combine"):
+        return combine_sorted(y, order, routing, x)
 
 
 def dispatch_padded(

@@ -30,6 +30,7 @@ from kernel_lib.moe.dispatch import _check_ffn, _check_inputs, check_inference, 
 from kernel_lib.moe.experts import GATED, SWIGLU_ALPHA, SWIGLU_LIMIT, FeedForwardExperts
 from kernel_lib.moe.packed import packed_once
 from kernel_lib.moe.routing import Routing
+from kernel_lib.profiling.phases import phase
 
 SOURCE = Path(__file__).with_name("fused_c.c")
 ACTIVATIONS = {"relu": 0, "gelu": 1, "swiglu": 2, "swiglu_clamped": 3}  # fused_c.c's codes
@@ -109,14 +110,16 @@ def dispatch_fused_c(x: Tensor, routing: Routing, experts: FeedForwardExperts) -
     reason = fused_unavailable(x, experts)
     if reason:
         raise ValueError(reason)
-    _, tokens, weight, ends = sort_by_expert(routing)
-    w, x, weight = packed(experts), x.contiguous(), weight.float().contiguous()
-    acc, out = torch.empty(x.shape, dtype=torch.float32), torch.empty_like(x)
-    _library().fused_ffn(
-        x.data_ptr(), x.shape[0], x.shape[1], tokens.data_ptr(), weight.data_ptr(),
-        ends.data_ptr(), routing.num_experts, w.w_in.data_ptr(), _round_up(x.shape[1], 2),
-        w.w_in.shape[1] * LANES, w.w_out.data_ptr(), w.ffn, w.w_out.shape[1] * LANES,
-        ACTIVATIONS[experts.activation], SWIGLU_LIMIT, SWIGLU_ALPHA, acc.data_ptr(),
-        out.data_ptr(), torch.get_num_threads(),
-    )  # fmt: skip
+    with phase("sort/gather"):  # the kernel gathers rows itself: this is the sort
+        _, tokens, weight, ends = sort_by_expert(routing)
+        w, x, weight = packed(experts), x.contiguous(), weight.float().contiguous()
+        acc, out = torch.empty(x.shape, dtype=torch.float32), torch.empty_like(x)
+    with phase("experts fused"):
+        _library().fused_ffn(
+            x.data_ptr(), x.shape[0], x.shape[1], tokens.data_ptr(), weight.data_ptr(),
+            ends.data_ptr(), routing.num_experts, w.w_in.data_ptr(), _round_up(x.shape[1], 2),
+            w.w_in.shape[1] * LANES, w.w_out.data_ptr(), w.ffn, w.w_out.shape[1] * LANES,
+            ACTIVATIONS[experts.activation], SWIGLU_LIMIT, SWIGLU_ALPHA, acc.data_ptr(),
+            out.data_ptr(), torch.get_num_threads(),
+        )  # fmt: skip
     return out

@@ -22,8 +22,9 @@ from kernel_lib.report.findings import (
 )
 from kernel_lib.report.markup import details, link, page, table, text
 from kernel_lib.report.pages import panels_html
+from kernel_lib.report.phases import gallery_phase_images
 from kernel_lib.report.read import report_folders, report_records
-from kernel_lib.report.trends import trends_html
+from kernel_lib.report.trends import store_trends
 from kernel_lib.reportfiles import read_run
 from kernel_lib.writes import report_holding, write_text
 
@@ -119,12 +120,13 @@ def build_gallery(outputs: str | Path) -> Path:
     outputs = Path(outputs)
     target = check_gallery(outputs, "gallery:")
     folders = report_folders(outputs)
-    listing, frames = [], []
+    listing, frames, profiles = [], [], {}
     for folder in folders:
         run = read_run(folder / RUN_FILE)
         records = report_records(folder)
         listing.append(_platform_row(outputs, folder, run, records))
         frames.append(headline_rows(records, folder.name))
+        profiles[folder.name] = records
     platforms = [f.name for f in folders]
     frames = [f for f in frames if len(f)]
     rows = (
@@ -137,17 +139,29 @@ def build_gallery(outputs: str | Path) -> Path:
     )
     if len(rows):
         shown = headline_table(rows, platforms)
-        headlines_html = panels_html(rows, platforms) + details(
-            "Every headline as a table", table(shown, raw=tuple(shown.columns))
+        trends, trends_note = store_trends(outputs)
+        phases, no_phases = gallery_phase_images(profiles)
+        headlines_html = (
+            trends_note
+            + (
+                f"<p><small>Where the time goes: {html.escape(no_phases)}</small></p>"
+                if no_phases
+                else ""
+            )
+            + panels_html(rows, platforms, trends, phases)
+            + details("Every headline as a table", table(shown, raw=tuple(shown.columns)))
         )
     else:
         headlines_html = "<p>No report declares a headline yet.</p>"
     body = f"""<p>Every report folder under <code>{html.escape(outputs.name)}/</code>, and each topic's
 declared headlines side by side: one panel per headline, a bar per platform. Ratios are baseline /
 subject per interleaved round, median, with a 95 % interval (&gt; 1: the subject is faster); a
-repeated report shows the median over its runs. Rebuilt from records by
-<code>python -m kernel_lib report</code>.</p>
+repeated report shows the median over its runs. Under a panel's bars, where the results store
+(<code>python -m kernel_lib history</code>) holds the headline from two runs or more: its trend
+over the runs, a black diamond where torch, the device or the allocator changed; under it, where
+reports were profiled, where the time goes: each platform's phases of a profiled call. Rebuilt from
+records by <code>python -m kernel_lib report</code>.</p>
 <h2>Platforms</h2>{listing_html}
-<h2>Headlines</h2>{headlines_html}{trends_html(outputs)}"""
+<h2>Headlines</h2>{headlines_html}"""
     write_text(target, page(TITLE, body))
     return target

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from kernel_lib.report.findings import figure_text, headline_rows, measured_at, number
 from kernel_lib.report.markup import png_data_uri
 from kernel_lib.report.panels import bar
+from kernel_lib.report.phases import findings_phases
 
 TAG = "kernel-workbook-findings"  # the inserted cell's tag: replaced, never duplicated
 
@@ -53,7 +54,8 @@ def findings_markdown(records: pd.DataFrame, platform: str) -> str:
         f"## What this notebook found ({platform})\n\n"
         + table.to_markdown(index=False)
         + f"\n\n![the declared headlines]({png_data_uri(findings_figure(rows))})\n\n"
-        + "Every figure is checked before it is timed; the parameters, the correctness tables "
+        + findings_phases(records)
+        + "\n\nEvery figure is checked before it is timed; the parameters, the correctness tables "
         "and every record follow."
     )
 

@@ -24,6 +24,7 @@ from kernel_lib.report.findings import (
 )
 from kernel_lib.report.markup import details, page, png_data_uri, table, text
 from kernel_lib.report.panels import COLOURS, panels
+from kernel_lib.report.phases import report_phases_html
 from kernel_lib.report.read import read_report, report_folders
 
 LEGEND = (
@@ -34,18 +35,25 @@ LEGEND = (
 NOTEBOOK_COLUMNS = ["notebook", "status", "wall_s", "run", "machine", "records", "report"]
 
 
-def panels_html(rows: pd.DataFrame, platforms: list[str]) -> str:
+def panels_html(
+    rows: pd.DataFrame,
+    platforms: list[str],
+    trends: pd.DataFrame | None = None,
+    phases: dict[str, str] | None = None,
+) -> str:
     """Per topic, its headline panels as small multiples: a grid that wraps to the window, each
-    panel captioned with what each bar was measured at."""
+    panel captioned with what each bar was measured at (with `trends`, each key's trend; with
+    `phases`, each key's phase split image under its bars)."""
     parts = []
-    for topic, topic_panels in panels(rows, platforms).items():
+    for topic, topic_panels in panels(rows, platforms, trends).items():
         figures = []
         for p in topic_panels:
             caption = "<br>".join(text(c) for c in p.caption)
             figures.append(
                 f'<figure class="panel" data-key="{html.escape(p.key)}" data-bars="{p.bars}" '
-                f'data-platforms="{p.platforms}"><img alt="{html.escape(p.title)}" '
-                f'src="{png_data_uri(p.figure)}"><figcaption><code>{html.escape(p.key)}</code>'
+                f'data-platforms="{p.platforms}" data-trend-points="{p.trend_points}">'
+                f'<img alt="{html.escape(p.title)}" src="{png_data_uri(p.figure)}">'
+                f"{(phases or {}).get(p.key, '')}<figcaption><code>{html.escape(p.key)}</code>"
                 f"<br>{caption}</figcaption></figure>"
             )
         parts.append(f'<h3>{html.escape(topic)}</h3><div class="panels">{"".join(figures)}</div>')
@@ -160,6 +168,7 @@ def _single(folder: Path, run: dict, records: pd.DataFrame) -> Path:
     )
     body = f"""<p>{html.escape(intro).replace("`", "")}</p>
 <h2>Headlines</h2>{head_html}
+{report_phases_html(records)}
 <h2>Notebooks</h2>{table(cells, raw=("report",))}
 {correctness_html}
 {_flags_html(flags)}

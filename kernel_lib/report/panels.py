@@ -2,7 +2,9 @@
 shape where a platform measured the key at several), drawn as what the figure is: a ratio against
 a baseline coloured by its verdict with a line at 1, or a fraction of a ceiling (0-1, one neutral
 colour, the ceiling named), with its 95 % interval as whiskers. A platform whose headline did not
-run shows why in place of its bar. Laid out as small multiples by `pages`."""
+run shows why in place of its bar. Under the bars, where the results store holds the key from two
+runs or more, its trend over the runs (kernel_lib.report.trends). Laid out as small multiples by
+`pages`."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kernel_lib.report.findings import figure_text, measured_at, number
+from kernel_lib.report.trends import draw_trend
 
 COLOURS = {"faster": "#2a7f3f", "slower": "#b33a3a", "no clear difference": "#8c8c8c"}
 CEILING_COLOUR = "#3b6ea8"
@@ -25,7 +28,8 @@ class Panel:
     figure: Figure
     bars: int  # bars drawn (an `ok` figure each)
     platforms: int  # platforms with an `ok` figure for this key
-    caption: list[str]  # per bar: 'platform: implementation dtype shape'
+    caption: list[str]  # per bar: 'platform: implementation dtype shape'; then the trend's marks
+    trend_points: int = 0  # points of its trend over the runs (0: none drawn)
 
 
 def _fields(row: pd.Series) -> dict:
@@ -62,13 +66,19 @@ def bar(ax, y: float, row: pd.Series) -> float:
     return max(value, high or value)
 
 
-def panel(rows: pd.DataFrame) -> Panel:
-    """The panel of one headline key from its rows (`findings.headline_rows`, any platforms)."""
+def panel(rows: pd.DataFrame, trend: pd.DataFrame | None = None) -> Panel:
+    """The panel of one headline key from its rows (`findings.headline_rows`, any platforms),
+    with its trend (`trends.trend_rows` of the key) under the bars when it spans two runs."""
     first = rows.iloc[0]
     ceiling = first["kind"] == "ceiling"
     labels = _labels(rows)
-    fig = Figure(figsize=(4.6, 0.95 + 0.34 * len(rows)), layout="constrained")
-    ax = fig.subplots()
+    height = 0.95 + 0.34 * len(rows)
+    drawn = trend is not None and trend["date"].nunique() > 1
+    fig = Figure(figsize=(4.6, height + (1.6 if drawn else 0)), layout="constrained")
+    if drawn:
+        ax, below = fig.subplots(2, 1, height_ratios=[height, 1.6])
+    else:
+        ax = fig.subplots()
     top, caption = 1.0, []
     for y, ((_, row), label) in enumerate(zip(rows.iterrows(), labels)):
         if row["status"] != "ok" or number(row["value"]) is None:
@@ -87,22 +97,32 @@ def panel(rows: pd.DataFrame) -> Panel:
         ax.set_xlabel("speed-up over the baseline (x, > 1 faster)", fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(True, axis="x", alpha=0.3)
+    bars = len(ax.patches)
+    if drawn:
+        caption += draw_trend(below, trend)
     ok = rows[rows["status"] == "ok"]
     return Panel(
         key=first["key"],
         title=first["title"],
         figure=fig,
-        bars=len(ax.patches),
+        bars=bars,
         platforms=ok["platform"].nunique(),
         caption=caption,
+        trend_points=len(trend) if drawn else 0,
     )
 
 
-def panels(rows: pd.DataFrame, platforms: list[str]) -> dict[str, list[Panel]]:
-    """Per topic, a panel per headline key, its rows in `platforms` order."""
+def panels(
+    rows: pd.DataFrame, platforms: list[str], trends: pd.DataFrame | None = None
+) -> dict[str, list[Panel]]:
+    """Per topic, a panel per headline key, its rows in `platforms` order; with `trends`
+    (`trends.trend_rows`), each key's trend under its bars."""
     order = {p: i for i, p in enumerate(platforms)}
     rows = rows.assign(_order=rows["platform"].map(order)).sort_values("_order", kind="stable")
+    by_key = dict(tuple(trends.groupby("key"))) if trends is not None else {}
     return {
-        str(topic): [panel(group) for _, group in topic_rows.groupby("key", sort=False)]
+        str(topic): [
+            panel(group, by_key.get(key)) for key, group in topic_rows.groupby("key", sort=False)
+        ]
         for topic, topic_rows in rows.groupby("topic", sort=False)
     }

@@ -1,9 +1,10 @@
-"""Headline trends for the gallery, from the results store (kernel_lib.history.store): per headline
-key measured in two runs or more, a small figure with x = the run's date and one line per platform
-(per record, where a platform measured the key at several shapes), its value in each run (the
-ratio, else the fraction of a ceiling); a black diamond where torch, the device or the allocator
-changed from the platform's run before, named in the caption. A store that is missing or cannot
-be read leaves one line in its place: the gallery never fails for it."""
+"""Headline trends for the gallery's panels, from the results store (kernel_lib.history.store):
+per headline key, its value in each run of each platform (the ratio, else the fraction of a
+ceiling; per record, where a platform measured the key at several shapes), drawn by `panels`
+under the key's bars with x = the run's date; a black diamond where torch, the device or the
+allocator changed from the platform's run before, named in the caption. A store that is missing
+or cannot be read leaves the panels without trends (and one line where it cannot be read): the
+gallery never fails for it."""
 
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ import sqlite3
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from kernel_lib.history import store
 from kernel_lib.params import ParameterError
-from kernel_lib.report.markup import png_data_uri
 
 CHANGES = ("torch", "device", "allocator")  # a mark where one of these changed
+COLUMNS = ["key", "platform", "record_id", "date", "value", "measure", *CHANGES]
 
 
 def trend_rows(path: Path) -> pd.DataFrame:
@@ -42,11 +42,10 @@ def trend_rows(path: Path) -> pd.DataFrame:
                 **{c: run[c] for c in CHANGES},
             }
         )
-    columns = ["key", "platform", "record_id", "date", "value", "measure", *CHANGES]
-    return pd.DataFrame(rows, columns=columns).sort_values(["key", "date"], kind="stable")
+    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["key", "date"], kind="stable")
 
 
-def _changes(line: pd.DataFrame) -> list[tuple[pd.Timestamp, float, str]]:
+def changes(line: pd.DataFrame) -> list[tuple[pd.Timestamp, float, str]]:
     """(date, value, what changed) where torch, the device or the allocator differ from the row
     before."""
     out = []
@@ -57,53 +56,34 @@ def _changes(line: pd.DataFrame) -> list[tuple[pd.Timestamp, float, str]]:
     return out
 
 
-def trend_figure(key: str, rows: pd.DataFrame) -> tuple[Figure, list[str]]:
-    """The trend of one key (its rows of `trend_rows`) and its caption lines."""
-    fig = Figure(figsize=(4.6, 2.0), layout="constrained")
-    ax = fig.subplots()
+def draw_trend(ax, rows: pd.DataFrame) -> list[str]:
+    """One key's trend (its `trend_rows`) on `ax`: a line per platform (and record), a diamond
+    at each change; its caption lines."""
     caption = []
     for (platform, _), line in rows.groupby(["platform", "record_id"], sort=False):
         several = rows[rows["platform"] == platform]["record_id"].nunique() > 1
         label = f"{platform} {line['record_id'].iloc[0].split('/')[-1]}" if several else platform
         ax.plot(line["date"], line["value"], marker="o", ms=3, lw=1, label=label)
-        for date, value, what in _changes(line):
+        for date, value, what in changes(line):
             ax.plot([date], [value], marker="D", color="k", ms=5)
-            caption.append(f"{label} {date:%Y-%m-%d %H:%M}: {what}")
-    ax.set_title(key, fontsize=8, loc="left")
+            caption.append(f"trend, {label} {date:%Y-%m-%d %H:%M}: {what}")
     ax.set_xlabel("run date (UTC)", fontsize=7)
     ratio = (rows["measure"] == "ratio_vs_baseline").all()
-    ax.set_ylabel("speed-up (x)" if ratio else "fraction of the ceiling", fontsize=7)
+    ax.set_ylabel("speed-up (x)" if ratio else "of the ceiling", fontsize=7)
     ax.tick_params(labelsize=6)
+    ax.tick_params(axis="x", labelrotation=20)
     ax.legend(fontsize=6)
     ax.grid(True, alpha=0.3)
-    fig.autofmt_xdate()
-    return fig, caption
+    return caption
 
 
-def trends_html(outputs: Path) -> str:
-    """The trends section of the gallery of `outputs` ('' without a store or a key measured
-    twice)."""
-    path = store.store_path(report=Path(outputs) / "index.html")  # the store beside the gallery
+def store_trends(outputs: Path) -> tuple[pd.DataFrame | None, str]:
+    """The trend rows of the store beside the gallery of `outputs` (None without one), and the
+    HTML line that says why there are none when the store cannot be read ('' otherwise)."""
+    path = store.store_path(report=Path(outputs) / "index.html")
     if path is None or not path.exists():
-        return ""
+        return None, ""
     try:
-        rows = trend_rows(path)
+        return trend_rows(path), ""
     except (ParameterError, sqlite3.Error) as err:
-        return f"<h2>Trends</h2><p>No trends: {html.escape(str(err))}</p>"
-    figures = []
-    for key, mine in rows.groupby("key", sort=True):
-        if len(mine) < 2:
-            continue
-        fig, caption = trend_figure(str(key), mine)
-        figures.append(
-            f'<figure class="trend" data-trend="{html.escape(str(key))}" data-points="{len(mine)}">'
-            f'<img alt="{html.escape(str(key))} over runs" src="{png_data_uri(fig)}">'
-            f"<figcaption>{'<br>'.join(html.escape(c) for c in caption)}</figcaption></figure>"
-        )
-    if not figures:
-        return ""
-    return (
-        f"<h2>Trends</h2><p>Each headline over the runs kept in <code>{html.escape(path.name)}"
-        "</code> (python -m kernel_lib history): a black diamond where torch, the device or the "
-        f'allocator changed.</p><div class="panels">{"".join(figures)}</div>'
-    )
+        return None, f"<p>No trends in the panels: {html.escape(str(err))}</p>"

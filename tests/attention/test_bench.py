@@ -17,6 +17,8 @@ from kernel_lib.records import to_frame
 
 from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_config
 
+pytestmark = pytest.mark.slow  # the attention suite, run once for the module, compiles flex
+
 PARAMS = {
     "attn_batch": FLEX_SHAPE.batch,
     "attn_heads": FLEX_SHAPE.heads,
@@ -50,6 +52,8 @@ PARAMS = {
     "attn_cross_q_len": 13,
     "attn_cross_kv_len": 50,
     "attn_page_size": 32,
+    # one gym kernel (test_bench_gym checks them all): vsa at test_bench_gym's shape and tile
+    "attn_gym_kernels": ["vsa"],
 }
 
 
@@ -172,16 +176,37 @@ def test_window_sweep_is_over_causal_flex(records):
     assert flex.baseline == bench.FLEX_CAUSAL and flex.metrics["ideal_speedup"] > 1
 
 
-def test_the_window_sweep_and_its_tuning_run_at_windows_seq_len(cpu_facts):
-    """Windows pay off on long sequences: the sweep has its own S, not the pattern sections'."""
+def test_the_window_sweep_and_its_tuning_run_at_windows_seq_len(cpu_facts, monkeypatch):
+    """Windows pay off on long sequences: the sweep has its own S, not the pattern sections',
+    and with two tiles to choose from the band's variant is tuned there (tune_flex itself, as
+    the fixture's causal tuning; here it answers without compiling the second tile)."""
     long = 2 * FLEX_SHAPE.seq_len
     cfg = dataclasses.replace(
-        AttentionConfig.from_params(PARAMS), windows_seq_len=long, block_sizes=(FLEX_BLOCK,)
+        AttentionConfig.from_params(PARAMS),
+        windows_seq_len=long,
+        block_sizes=(FLEX_BLOCK, 2 * FLEX_BLOCK),
     )
+    asked = []
+
+    def tune_flex(cfg, *, facts, pattern, seq_len, progress):
+        asked.append((pattern, seq_len))
+        return FlexVariant(FLEX_BLOCK), []
+
+    monkeypatch.setattr(bench, "tune_flex", tune_flex)
     records = bench.window_sweep(cfg, facts=cpu_facts, variant=FlexVariant(FLEX_BLOCK))
+    assert asked == [("causal_sliding_window", long)]
     timed = [r for r in records if r.status == "ok" and r.mode == "forward"]
-    assert {r.case for r in timed} == {"causal_sliding_window", "causal_sliding_window_w17"}
+    assert {r.case for r in timed} == {"causal_sliding_window_w17"}
     assert {r.shape["seq_len"] for r in timed} == {long}
+
+
+def test_one_variant_runs_the_band_as_causal_without_tuning(records):
+    """One tile in fp32: nothing to choose, so no tuning compile per tile for the band; the
+    sweep runs the causal variant."""
+    tuned = {r.case for r in records if r.metrics.get("section") == "flex_variants"}
+    assert tuned == {"causal"}
+    chosen = _by_key(records)[("causal", bench.FLEX, "forward")].variant
+    assert _by_key(records)[("causal_sliding_window_w17", bench.FLEX, "forward")].variant == chosen
 
 
 def test_flex_records_name_the_variant_they_ran(records):
@@ -191,7 +216,6 @@ def test_flex_records_name_the_variant_they_ran(records):
                 ("causal_sliding_window_w17", bench.FLEX_CAUSAL, "forward")]:  # fmt: skip
         assert by_key[key].variant == chosen, key
     assert by_key[("causal", bench.PLAIN, "forward")].status == "ok"  # the tuning's comparator
-    assert by_key[("causal_sliding_window", bench.PLAIN, "forward")].status == "ok"
 
 
 def test_first_calls_carry_their_check(records):

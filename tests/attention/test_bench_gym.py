@@ -29,6 +29,7 @@ def _by(records, case):
     return {r.implementation: r for r in records if r.case == case}
 
 
+@pytest.mark.slow
 def test_flex_paths_pass_their_checks_and_get_a_ratio(records):
     mla, heads = _by(records, "mla"), _by(records, "temporal_heads")
     for record in (mla["flex_mla"], mla["flex_mla_absorbed"], heads["flex_temporal_heads"]):
@@ -37,6 +38,7 @@ def test_flex_paths_pass_their_checks_and_get_a_ratio(records):
     assert {r.metrics["section"] for r in records} == set(bench_gym.SECTIONS)
 
 
+@pytest.mark.slow
 def test_jetspec_and_vsa_flex_pass_with_their_block_sparsity(records):
     for case, implementation in [
         ("jetspec_tree", "flex_attention_compiled"),
@@ -53,6 +55,7 @@ def test_jetspec_and_vsa_flex_pass_with_their_block_sparsity(records):
     assert vsa.shape["top_k"] == 1 and vsa.metrics["block_sparsity_%"] == 75.0
 
 
+@pytest.mark.slow
 def test_activation_runs_naive_and_skips_sdpa_and_cpu_flex_with_reasons(records):
     for name in CFG.activations:
         case = _by(records, f"activation_{name}")

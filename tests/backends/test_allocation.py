@@ -22,6 +22,7 @@ def test_a_broken_relu_fails_its_check():
     assert not check(fn() + 2**-6).passed
 
 
+@pytest.mark.slow
 def test_a_child_process_runs_under_its_allocator():
     out = allocation._run_child("system_kept", {"shape": [8, 4, 8], "min_time_s": 0.001})
     assert out["allocator"] == allocator.describe("system_kept")

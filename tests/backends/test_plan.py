@@ -36,6 +36,7 @@ def _parameters(backend: str) -> dict:
     return {k: v for k, v in params.items() if k not in HAND_RUN_ONLY}
 
 
+@pytest.mark.slow
 def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch, cpu_target):
     monkeypatch.setattr(plan, "detect_backend", lambda: "cpu")
     monkeypatch.setattr(plan, "find_target", lambda name: cpu_target)  # also in the XLA venv
@@ -119,6 +120,7 @@ def test_every_notebook_parameter_is_a_config_field_with_the_notebooks_default()
             assert (tuple(value) if isinstance(value, list) else value) == default, (backend, name)
 
 
+@pytest.mark.slow
 def test_a_backend_notebook_without_its_device_finishes_with_every_record_skipped(tmp_path):
     """What nbval and the runner see on this CPU machine: clean execution, all records skipped."""
     command = [

@@ -60,6 +60,7 @@ def test_error_table_has_the_digits(cpu_target, tiny):
     assert {"rel_error", "tolerance", "reference"} <= set(errors.columns)
 
 
+@pytest.mark.slow
 def test_headlines_are_declared_not_picked_each_by_its_section(cpu_target, tiny):
     cfg = dataclasses.replace(tiny, gemm_sizes=(16, 32), compile_mlp=True)
     roof, mlp = sections.roof(cpu_target, cfg), sections.mlp(cpu_target, cfg)

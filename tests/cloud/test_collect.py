@@ -2,10 +2,13 @@
 
 import shutil
 
+import pytest
+
 from kernel_lib.__main__ import main
 from kernel_lib.params import ROOT
 
 
+@pytest.mark.slow  # rebuilds every report of outputs/reference and the gallery
 def test_collect_copies_each_report_and_rebuilds_the_gallery(tmp_path, capsys):
     bucket, outputs = tmp_path / "bucket", tmp_path / "outputs"
     shutil.copytree(ROOT / "outputs" / "reference", bucket / "ci")

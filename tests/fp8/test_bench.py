@@ -29,6 +29,8 @@ from kernel_lib.platform import Datasheet, device_facts  # noqa: E402
 from kernel_lib.records import to_frame  # noqa: E402
 from kernel_lib.report.findings import headlines  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the fp8 suite, run once for the module, and its sections again
+
 TINY = dict(
     fp8_quant_mib=[1],
     fp8_quant_granularities=["tensorwise", "rowwise"],

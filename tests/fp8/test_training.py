@@ -57,11 +57,13 @@ def test_every_linear_is_fp8_and_trained():
     assert all(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
 
 
+@pytest.mark.slow
 def test_fp8_learns_and_tracks_bf16_over_three_seeds():
     table = _checks()
     assert len(table) == 2 * len(SEEDS) and (table["check"] == "PASS").all(), table.to_string()
 
 
+@pytest.mark.slow
 def test_zeroed_fp8_weights_fail_the_check(monkeypatch):
     real = linear._Operand.__call__
 
@@ -75,6 +77,7 @@ def test_zeroed_fp8_weights_fail_the_check(monkeypatch):
     assert (table.xs("bf16", level="run")["check"] == "PASS").all()
 
 
+@pytest.mark.slow
 def test_inverted_scale_fails_the_check(monkeypatch):
     monkeypatch.setattr(Fp8Tensor, "inverse_scale", property(lambda t: t.scale))
     table = _checks()

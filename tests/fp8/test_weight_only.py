@@ -179,6 +179,7 @@ TINY = Fp8BenchConfig.from_params(
 )
 
 
+@pytest.mark.slow
 def test_the_section_times_every_path_with_bytes_and_declares_the_decode_headline():
     records = bench_weight_only.weight_only_speed(TINY, device_facts())
     frame = rec.to_frame(records)
@@ -195,6 +196,7 @@ def test_the_section_times_every_path_with_bytes_and_declares_the_decode_headlin
     assert (heads["shape.M"].iloc[0], heads["shape.scaling"].iloc[0]) == (1, "channel")
 
 
+@pytest.mark.slow
 def test_the_c_paths_are_skipped_with_the_reason_they_cannot_build(monkeypatch, tmp_path):
     monkeypatch.setenv(c_kernels.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(weight_only_c, "_library", weight_only_c._library.__wrapped__)

@@ -21,7 +21,7 @@ PARAMS = dict(
     moe_backward=True, moe_layer_types=["standard", "switch"], moe_imbalance=[0.0, 1.0],
     moe_sweep_tokens=[32, 64], moe_sweep_experts=[2, 4], moe_sweep_top_k=[1, 2],
     moe_sweep_base_tokens=32, moe_sweep_strategies=["sorted_grouped"], moe_min_time_s=0.001,
-    moe_presets=["gpt-oss-20b"], moe_preset_tokens=32,
+    moe_presets=["gpt-oss-20b"], moe_preset_tokens=32, moe_preset_strategies=["sorted_grouped"],
 )  # fmt: skip
 CFG = MoEBenchConfig.from_params(PARAMS)
 
@@ -45,6 +45,7 @@ def records():
         return suite(PARAMS)
 
 
+@pytest.mark.slow
 def test_suite_sections_modes_and_unique_ids(records):
     assert {r.case for r in records} >= {
         "forward", "forward_backward", "seed_same_dtype", "seed_config", "forward_capacity",
@@ -54,12 +55,14 @@ def test_suite_sections_modes_and_unique_ids(records):
     rec.stamp(records, run_id="test", platform="test")  # raises on a shared record_id
 
 
+@pytest.mark.slow
 def test_every_timed_record_passed_its_check(records):
     timed = [r for r in records if r.status == "ok"]
     assert timed and all(r.check["pass"] for r in timed)
     assert {r.status for r in records} <= {"ok", "skipped"}
 
 
+@pytest.mark.slow
 def test_strategies_against_dense_with_interval_and_headline(records):
     fwd = {r.implementation: r for r in records if r.case == "forward"}
     grouped = fwd["dispatch_sorted_grouped"]
@@ -69,6 +72,7 @@ def test_strategies_against_dense_with_interval_and_headline(records):
     assert len(heads) == 2 and all(r.implementation == r.variant for r in heads)
 
 
+@pytest.mark.slow
 def test_seed_style_compared_twice_each_labelled(records):
     for case in bench.SEED_CASES:
         recs = {r.implementation: r for r in records if r.case == case}
@@ -83,6 +87,14 @@ def test_compile_of_grouped_mm_in_float32_is_skipped_not_raised(cpu_facts):
     recs = bench.section_throughput(cfg, cpu_facts)
     compiled = next(r for r in recs if r.implementation == "dispatch_sorted_grouped_compiled")
     assert compiled.status == "skipped" and "bfloat16 only" in compiled.reason
+
+
+def test_the_side_compares_time_the_side_strategies_and_the_plain_loop(cpu_facts):
+    cfg = dataclasses.replace(CFG, side_strategies=("padded",))
+    seed = bench.section_seed(cfg, cpu_facts, "seed_config")
+    assert [r.implementation for r in seed] == ["dispatch_padded", "dispatch_loop", "seed_style"]
+    capacity = bench.section_capacity(cfg, cpu_facts)
+    assert [r.implementation for r in capacity] == ["dense_gemm", "dispatch_padded"]
 
 
 def test_case_too_big_for_memory_is_skipped(cpu_facts):
@@ -181,6 +193,7 @@ def test_make_case_bad_dtype_is_named():
         make_case(MoEShape(8, 8, 8, 4, 2), dtype="int8")
 
 
+@pytest.mark.slow
 def test_the_plain_comparator_is_timed_beside_every_chosen_dispatch(records):
     plain = {"forward": "dispatch_loop_compiled", "forward_backward": "dispatch_loop"}
     plain.update({case: "dispatch_loop" for case in bench.SEED_CASES})

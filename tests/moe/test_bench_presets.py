@@ -21,6 +21,7 @@ def records():
     return section_presets(CFG, facts)
 
 
+@pytest.mark.slow
 def test_one_checked_compare_and_headline_per_preset(records):
     for name in CFG.presets:
         recs = {r.implementation: r for r in records if r.case == f"preset_{name}"}
@@ -34,6 +35,7 @@ def test_one_checked_compare_and_headline_per_preset(records):
         assert all(isinstance(v, (int, float, type(None))) for v in shape.values()), shape
 
 
+@pytest.mark.slow
 def test_gpt_oss_experts_run_its_clamped_swiglu(records):
     oss = next(r for r in records if r.case == "preset_gpt-oss-20b")
     assert oss.metrics["activation"] == "swiglu_clamped"
@@ -62,6 +64,7 @@ def test_clamped_swiglu_at_the_timed_shape_against_its_twin(cpu_facts):
         lambda h: experts.swiglu_clamped(h, limit=float("inf")),  # gpt-oss's, unclamped
     ],
 )
+@pytest.mark.slow
 def test_teeth_an_unclamped_swiglu_fails_the_gpt_oss_check(broken, monkeypatch, cpu_facts):
     real = dispatch.activate
 

@@ -39,6 +39,7 @@ def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
     ("preset_scale", 0.0), ("preset_scale", 2.0), ("preset_tokens", 0), ("preset_zipf", -1.0),
     ("balance_preset", "mixtral"), ("balance_steps", 0), ("balance_gamma", 0.0),
     ("strategies", []), ("sweep_strategies", []), ("layer_types", []), ("presets", []),
+    ("side_strategies", ["magic"]), ("side_strategies", []),
 ])  # fmt: skip
 def test_bad_parameter_is_named(param, value):
     with pytest.raises(ValueError, match=f"moe_{param}="):
@@ -57,6 +58,14 @@ def test_shape_lists_must_have_equal_length():
 
 def test_an_empty_compile_list_is_fine():  # the plain loop is timed compiled anyway
     assert MoEBenchConfig(compile=[]).compile == ()
+
+
+def test_the_side_compares_time_moe_strategies_that_side_strategies_names():
+    cfg = MoEBenchConfig(
+        strategies=["padded", "loop", "fused_c"], side_strategies=["fused_c", "padded", "triton"]
+    )
+    assert cfg.side == ("padded", "fused_c")  # moe_strategies' order; triton is not timed at all
+    assert MoEBenchConfig().side == MoEBenchConfig().strategies  # the full sweep: all of them
 
 
 SMALL = dict(tokens=(1024,), hidden=(64,), ffn=(256,), experts=4, top_k=2, sweep_tokens=(8,),

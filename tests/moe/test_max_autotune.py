@@ -11,6 +11,8 @@ from kernel_lib.moe.strategies import unavailable
 from tests.moe.conftest import make_experts, random_routing
 from tests.moe.test_dispatch import _check
 
+pytestmark = pytest.mark.slow  # a max-autotune compile per shape
+
 
 @pytest.mark.parametrize(
     ("tokens", "hidden", "ffn", "experts", "top_k", "activation", "dtype"),

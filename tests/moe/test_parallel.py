@@ -9,6 +9,7 @@ import torch.multiprocessing as mp
 from tests.moe.ep_worker import WORLD, layer_and_input, worker
 
 
+@pytest.mark.slow
 def test_two_rank_expert_parallel_equals_single_process():
     layer, x = layer_and_input()
     x.requires_grad_(True)

@@ -1,0 +1,88 @@
+"""`python -m kernel_lib profile RECORD_ID [--report DIR] [--trace FILE]`: where a record's time
+went, as its report saved it (the profiled pass after timing: kernel_lib.profiling.capture): the
+top ops by self time, its phases, the profiling overhead, and its Chrome trace written out as
+JSON (Perfetto, chrome://tracing). A record id that is not in the report: one line, exit 2; a
+record without a profile (only headlines are profiled unless the run had `-p profile=all`), or a
+report made before profiles: one line saying so, exit 1."""
+
+from __future__ import annotations
+
+import gzip
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kernel_lib.params import ROOT, ParameterError
+from kernel_lib.records import RESULTS_SUFFIX
+from kernel_lib.reportfiles import read_results
+from kernel_lib.writes import output_file, write_text
+
+
+def find_record(report: Path, record_id: str) -> dict:
+    """The saved record `record_id` of `report`; ParameterError (one line) when the report or
+    the record is not there."""
+    if not report.is_dir():
+        raise ParameterError(f"profile: --report {report}: no such report folder")
+    for path in sorted(report.glob(f"*{RESULTS_SUFFIX}")):
+        for row in read_results(path):
+            if row.get("record_id") == record_id:
+                return row
+    raise ParameterError(
+        f"profile: no record {record_id!r} in {report} (its ids: the record_id column of "
+        f"{report / 'results.csv'})"
+    )
+
+
+def top_table(profile: dict) -> str:
+    """The profile's top ops as a text table: name, calls, self ms and share per timed call."""
+    frame = pd.DataFrame(profile.get("top") or [], columns=["name", "calls", "self_ms", "share"])
+    frame["share"] = frame["share"].map(lambda s: f"{s:.1%}")
+    return frame.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def cmd_profile(args) -> int:
+    """Print where the record's time went and write its trace (see the module)."""
+    report = Path(args.report) if args.report else ROOT / "outputs" / args.record_id.split("/")[0]
+    record = find_record(report, args.record_id)
+    profile = record.get("profile")
+    if not profile:
+        print(
+            f"profile: {args.record_id} has no profile: only headline records are profiled "
+            "(`run -p profile=all` profiles every one), and reports before profiles have none",
+            file=sys.stderr,
+        )
+        return 1
+    source = report / profile["trace"]
+    name = source.name.removesuffix(".gz")
+    target = output_file(args.trace or name, "--trace")
+    print(f"{args.record_id}: {record.get('median_ms'):.4g} ms timed median")
+    print(top_table(profile))
+    phases = ", ".join(f"{k} {v:.4g} ms" for k, v in (profile.get("phases") or {}).items())
+    print(f"phases per call: {phases or 'none marked'}")
+    print(f"profiled / timed time: {profile.get('overhead', float('nan')):.3g}")
+    try:
+        text = gzip.decompress(source.read_bytes()).decode()
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise ParameterError(f"profile: {source}: not a gzipped trace ({err})") from None
+    if target is None:
+        sys.stdout.write(text)
+    else:
+        write_text(target, text)
+        print(f"trace: {target} (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """`profile` on `python -m kernel_lib`'s subcommands."""
+    profile = subparsers.add_parser(
+        "profile", help="where a record's time went: top ops, phases, its trace"
+    )
+    profile.add_argument("record_id", help="a record id (the record_id column of results.csv)")
+    profile.add_argument(
+        "--report", help="the report folder (default: outputs/<the id's platform>)"
+    )
+    profile.add_argument(
+        "--trace", help="where the trace JSON goes (default: its name, here; - for stdout)"
+    )
+    profile.set_defaults(func=cmd_profile)

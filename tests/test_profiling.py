@@ -1,0 +1,189 @@
+"""Where the time goes: phases free when nothing profiles (and invisible to torch.compile), the
+profiled pass after a section's timing (a headline's profile, its trace a Chrome trace), the check
+of phase coverage failing on a misspelt or dropped phase, the `profile` command, the report's
+section, and the committed cpu report's headlines profiled."""
+
+import contextlib
+import gzip
+import json
+
+import pytest
+import torch
+
+from kernel_lib import records as rec
+from kernel_lib.__main__ import main
+from kernel_lib.measure import Case, compare
+from kernel_lib.moe import bench, dispatch
+from kernel_lib.moe.cases import make_case
+from kernel_lib.moe.shapes import MoEShape
+from kernel_lib.params import ROOT
+from kernel_lib.plan import Context, Plan, Section
+from kernel_lib.platform import DeviceFacts
+from kernel_lib.profiling import phases
+from kernel_lib.profiling.capture import profiled
+from kernel_lib.profiling.pending import PROFILE_ENV, forget, remember, take
+from kernel_lib.report.lead import findings_markdown
+from kernel_lib.report.phases import NONE, report_phases_html
+from kernel_lib.reportfiles import notebook_records
+
+SHAPE = MoEShape(tokens=300, hidden=64, ffn=128, experts=4, top_k=2)
+IMPLEMENTATION = "dispatch_packed_segments"
+
+
+def test_a_phase_costs_nothing_unless_a_profiler_runs():
+    assert phases.phase("combine") is phases._NOTHING
+    with torch.profiler.profile() as prof:
+        with phases.phase("combine"):
+            torch.ones(3).sum()
+    assert phases.PREFIX + "combine" in {e.key for e in prof.key_averages()}
+
+
+def test_torch_compile_traces_through_a_phase():
+    def f(x):
+        with phases.phase("GEMM 1"):
+            return (x @ x).relu()
+
+    explained = torch._dynamo.explain(f)(torch.ones(4, 4))
+    assert explained.graph_break_count == 0
+
+
+def _section(ctx):
+    """dispatch_packed_segments against the dense pair on a small case, declared a headline."""
+    case = make_case(SHAPE, dtype="float32")
+    candidates = [bench.dense_candidate(case), bench.strategy_candidate("packed_segments", case)]
+    out = compare(
+        Case("moe", "forward", SHAPE.as_dict(), "float32", "forward"),
+        candidates,
+        facts=ctx.facts,
+        baseline=bench.DENSE,
+        rounds=6,
+        min_time_s=0.001,
+    )
+    return [rec.as_headline(r, "moe.forward_vs_dense") if r is out[1] else r for r in out]
+
+
+def _run(monkeypatch, folder, facts, mode="headlines") -> list[rec.Record]:
+    """The one-section plan run with profiling `mode`, its results folder `folder`."""
+    monkeypatch.setenv(PROFILE_ENV, mode)
+    monkeypatch.setenv(rec.RESULTS_DIR_ENV, str(folder))
+    ctx = Context(config=None, facts=facts)
+    Plan("moe", [Section("speed", _section, "the headline")]).run("speed", ctx)
+    return ctx.records
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """(folder, records): the plan run once with headlines profiled, its records saved there."""
+    folder = tmp_path_factory.mktemp("report")
+    facts = DeviceFacts(backend="cpu", device="cpu", name="Test CPU")
+    with pytest.MonkeyPatch.context() as mp:
+        records = _run(mp, folder, facts)
+    rec.save_records(records, "moe", folder)
+    return folder, records
+
+
+def test_a_headline_gets_its_profile_after_timing(report):
+    folder, (dense, headline) = report
+    assert dense.profile is None  # not a headline
+    profile = headline.profile
+    assert profile and not headline.flags
+    events = json.loads(gzip.decompress((folder / profile["trace"]).read_bytes()))
+    assert events["traceEvents"]
+    assert set(phases.expected(IMPLEMENTATION)) <= set(profile["phases"])
+    profiled_ms = profile["overhead"] * headline.median_ms  # a profiled call: the phases in it
+    assert 0 < sum(profile["phases"].values()) <= profiled_ms
+    assert 0 < len(profile["top"]) <= 10 and profile["overhead"] > 0
+    assert {"name", "calls", "self_ms", "share"} == set(profile["top"][0])
+    assert notebook_records(folder)["profile.trace"].notna().sum() == 1  # the schema takes it
+
+
+def test_profile_all_and_off(monkeypatch, tmp_path, cpu_facts, report):
+    assert all(r.profile for r in _run(monkeypatch, tmp_path, cpu_facts, "all"))
+    monkeypatch.setenv(PROFILE_ENV, "off")
+    remember(report[1][1], lambda: None, "cpu")  # nothing kept, nothing profiled
+    assert take(report[1][1]) is None and profiled(report[1]) == report[1]
+
+
+def test_a_call_is_profiled_in_the_autograd_mode_it_was_timed_in(monkeypatch, report):
+    monkeypatch.setenv(PROFILE_ENV, "headlines")
+    with torch.no_grad():  # a section timing under no_grad (the compiled MLP)
+        remember(report[1][1], torch.is_grad_enabled, "cpu")
+    assert take(report[1][1])[0]() is False
+    forget()
+
+
+def test_a_bad_profile_mode_is_one_line_and_runs_nothing(capsys):
+    assert (
+        main(["run", "--platform", "cpu", "-p", "profile=sometimes", "--out", "/nonexistent"]) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: command line: -p profile='sometimes' must be one of off, headlines, all"
+    ]
+
+
+def test_phase_coverage_fails_on_a_misspelt_or_dropped_phase(monkeypatch, tmp_path, cpu_facts):
+    real = dispatch.phase
+
+    def phase(name):  # `combine` misspelt, `expert GEMM 2` dropped
+        if name == "expert GEMM 2":
+            return contextlib.nullcontext()
+        return real("combin" if name == "combine" else name)
+
+    monkeypatch.setattr(dispatch, "phase", phase)
+    _, headline = _run(monkeypatch, tmp_path, cpu_facts)
+    problems = phases.coverage(IMPLEMENTATION, headline.profile["phases"])
+    assert problems == [
+        "phase 'combin' is not declared in PHASES",
+        f"{IMPLEMENTATION} ran no phase 'expert GEMM 2'",
+        f"{IMPLEMENTATION} ran no phase 'combine'",
+    ]
+    assert [f for f in headline.flags if f.startswith("profile: ")] == [
+        f"profile: {p}" for p in problems
+    ]
+
+
+def test_profile_command(tmp_path, capsys, report):
+    folder, (dense, headline) = report
+    trace = tmp_path / "trace.json"
+    ids = [rec.record_id(r, rec.run_context()[1]) for r in (dense, headline)]
+    assert main(["profile", ids[1], "--report", str(folder), "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "self_ms" in out and "phases per call: sort/gather" in out
+    assert json.loads(trace.read_text())["traceEvents"]
+    assert main(["profile", ids[0], "--report", str(folder), "--trace", str(trace)]) == 1
+    assert main(["profile", "cpu/no/such/id", "--report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: profile: no record 'cpu/no/such/id'")
+
+
+def test_a_report_without_profiles_says_so(report):
+    assert NONE in report_phases_html(notebook_records(ROOT / "outputs" / "h100"))
+    shown = report_phases_html(notebook_records(report[0]))
+    assert NONE not in shown and report[1][1].profile["trace"] in shown
+    cell = findings_markdown(notebook_records(report[0]), "test")  # the notebook's findings
+    assert f"[trace]({report[1][1].profile['trace']})" in cell
+
+
+CPU = ROOT / "outputs" / "cpu"
+SEED_HEADLINES = ("moe.seed_same_dtype", "moe.seed_config")
+
+
+def test_every_ok_headline_of_the_cpu_report_has_its_profile():
+    rows = [
+        r
+        for path in sorted(CPU.glob("*.results.json"))
+        for r in json.loads(path.read_text())
+        if r["headline"] and r["status"] == "ok"
+    ]
+    assert rows
+    for r in rows:
+        assert r.get("profile"), r["record_id"]
+        trace = json.loads(gzip.decompress((CPU / r["profile"]["trace"]).read_bytes()))
+        assert trace["traceEvents"], r["record_id"]
+        assert not phases.coverage(r["implementation"], r["profile"]["phases"]), r["record_id"]
+        if r["headline"] in SEED_HEADLINES:  # the phases account for its time: within 15 % of a
+            # profiled call (the timed median times the overhead: a shared CPU's load moves both)
+            summed = sum(r["profile"]["phases"].values())
+            profiled_ms = r["median_ms"] * r["profile"]["overhead"]
+            assert summed == pytest.approx(profiled_ms, rel=0.15), r["record_id"]
