@@ -6,6 +6,7 @@ section, and the committed cpu report's headlines profiled."""
 import contextlib
 import gzip
 import json
+import os
 
 import pytest
 import torch
@@ -16,12 +17,12 @@ from kernel_lib.measure import Case, compare
 from kernel_lib.moe import bench, dispatch
 from kernel_lib.moe.cases import make_case
 from kernel_lib.moe.shapes import MoEShape
-from kernel_lib.params import ROOT
+from kernel_lib.params import ROOT, parse_override
 from kernel_lib.plan import Context, Plan, Section
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.profiling import phases
 from kernel_lib.profiling.capture import profiled
-from kernel_lib.profiling.pending import PROFILE_ENV, forget, remember, take
+from kernel_lib.profiling.pending import PROFILE_ENV, forget, mode_override, remember, take
 from kernel_lib.report.lead import findings_markdown
 from kernel_lib.report.phases import NONE, report_phases_html
 from kernel_lib.reportfiles import notebook_records
@@ -187,3 +188,11 @@ def test_every_ok_headline_of_the_cpu_report_has_its_profile():
             summed = sum(r["profile"]["phases"].values())
             profiled_ms = r["median_ms"] * r["profile"]["overhead"]
             assert summed == pytest.approx(profiled_ms, rel=0.15), r["record_id"]
+
+
+@pytest.mark.parametrize("mode", ["off", "headlines", "all"])
+def test_each_profile_mode_is_taken_from_the_command_line(monkeypatch, mode):
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    overrides = {"profile": parse_override(f"profile={mode}")[1], "moe_tokens": 8}
+    mode_override(overrides)
+    assert os.environ[PROFILE_ENV] == mode and overrides == {"moe_tokens": 8}

@@ -34,6 +34,7 @@ def mode_override(overrides: dict) -> None:
     if "profile" not in overrides:
         return
     value = overrides.pop("profile")
+    value = "off" if value is False else value  # YAML reads a bare `off` as false
     if value not in MODES:
         raise ParameterError(
             f"command line: -p profile={value!r} must be one of {', '.join(MODES)}"
