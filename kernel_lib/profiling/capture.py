@@ -11,11 +11,9 @@ profiles its section's records (`profiled`)."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -137,13 +135,10 @@ def profile_call(
             fn()
         synchronize(device)
         wall_ms = (time.perf_counter() - start) * 1e3
-    with tempfile.TemporaryDirectory() as scratch:
-        raw = Path(scratch) / "trace.json"
-        prof.export_chrome_trace(str(raw))
-        written = trace.with_name(f".{trace.name}.writing-{os.getpid()}")
-        with gzip.open(written, "wb") as out:
-            out.write(raw.read_bytes())
-        os.replace(written, trace)
+    # torch gzips a trace whose name ends in .gz; written whole, then put in place
+    written = trace.with_name(f".writing-{os.getpid()}.{trace.name}")
+    prof.export_chrome_trace(str(written))
+    os.replace(written, trace)
     return {
         "top": _top(prof, calls, wall_ms),
         "phases": _phases(prof.key_averages(), calls),

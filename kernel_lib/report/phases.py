@@ -133,8 +133,8 @@ def gallery_phase_images(records: dict[str, pd.DataFrame]) -> tuple[dict[str, st
     """For the gallery's headline panels ({platform: its records}): per headline key that any
     platform profiled, an image with a stacked bar per platform; and a note naming the
     platforms whose reports have no profiles ("" when every one has)."""
-    rows = [profiled(frame).assign(platform=platform) for platform, frame in records.items()]
-    rows = [r for r in rows if len(r)]
+    shown = {platform: profiled(frame) for platform, frame in records.items()}
+    rows = [frame.assign(platform=platform) for platform, frame in shown.items() if len(frame)]
     images = {}
     for key, mine in (
         pd.concat(rows, ignore_index=True).groupby("headline", sort=False) if rows else ()
@@ -144,6 +144,6 @@ def gallery_phase_images(records: dict[str, pd.DataFrame]) -> tuple[dict[str, st
             f'<img class="phases" alt="{html.escape(key)}: where the time goes" '
             f'src="{png_data_uri(phases_figure(mine, labels))}">'
         )
-    missing = [p for p, frame in records.items() if profiled(frame).empty]
+    missing = [platform for platform, frame in shown.items() if frame.empty]
     note = f"{', '.join(missing)}: {NONE}" if missing else ""
     return images, note
