@@ -43,14 +43,19 @@ endif
 compare: setup
 	$(PY) -m kernel_lib ab "$(A)" "$(B)" $(if $(RUNS),--runs $(RUNS)) $(if $(ONLY),--only $(ONLY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
-test: lint
-	$(PY) -m pytest tests
-	$(PY) -m kernel_lib check --platform reference
+# The tests on every core (pytest-xdist; a file's tests stay together, so its fixtures run once).
+PARALLEL := -n auto --maxprocesses 4 --dist loadfile
 
-# For iteration (~3 min): lint and the unit tests without the ones marked `slow` (notebook and
+# nbval first: it executes every notebook at CI sizes (the reference's parameters) and saves their
+# records, which the unit tests then read (tests/test_cli.py) instead of running the suites again.
+test: lint
+	$(PY) -m kernel_lib check --platform reference
+	KERNEL_WORKBOOK_RECHECKED=all $(PY) -m pytest tests $(PARALLEL)
+
+# For iteration (~2 min): lint and the unit tests without the ones marked `slow` (notebook and
 # bench executions, compiles; tests/pytest.ini); `make test` stays the whole suite and CI's command.
 test-fast: lint
-	$(PY) -m pytest tests -m "not slow"
+	$(PY) -m pytest tests -m "not slow" $(PARALLEL)
 
 # ruff settings live in pyproject.toml.
 lint: setup

@@ -1,7 +1,7 @@
 # ---------------------------------------------------------------------------------------------------
 # A GPU host whose image holds PyTorch (Python 3.12) and no package index: the wheels it lacks
-# travel with the checkout, and `python3 -m kernel_lib.device_plan` there installs them offline,
-# runs a preflight, the quick plan within a time budget and archives the report (kernel_lib/device_plan).
+# travel with the checkout, and `python3 -m kernel_lib.device_run` there installs them offline,
+# runs a preflight, the quick plan within a time budget and archives the report (kernel_lib/device_run).
 #   make device-wheels     the wheels requirements-device.txt pins, for CPython 3.12 manylinux
 #                          x86_64, into .whl/device/ (~16 MB, 44 files): bring that folder along
 #   make device-dry-run    the whole recipe here on the CPU at parameters/ci.yaml, nothing
@@ -25,7 +25,7 @@ DEVICE_DRY_RUN_PARAMS := 'attn_patterns=[causal]' 'attn_causal_dtypes=[float32]'
 
 .PHONY: device-wheels device-dry-run
 
-# The same tags as kernel_lib/device_plan/wheels.py HOST_TAGS. A fresh folder each time: two
+# The same tags as kernel_lib/device_run/wheels.py HOST_TAGS. A fresh folder each time: two
 # versions of one package would stop the install on the host.
 $(DEVICE_STAMP): requirements-device.txt | $(PY)
 	rm -rf $(DEVICE_WHEELS)
@@ -38,5 +38,5 @@ $(DEVICE_STAMP): requirements-device.txt | $(PY)
 device-wheels: $(DEVICE_STAMP)
 
 device-dry-run: setup device-wheels
-	$(PY) -m kernel_lib.device_plan --platform ci --only $(DEVICE_DRY_RUN_ONLY) \
+	$(PY) -m kernel_lib.device_run --platform ci --only $(DEVICE_DRY_RUN_ONLY) \
 	  --wheels $(DEVICE_WHEELS) --dry-run $(addprefix -p ,$(DEVICE_DRY_RUN_PARAMS))

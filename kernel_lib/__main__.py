@@ -1,7 +1,7 @@
 """`python -m kernel_lib {run,report,platforms,bench,check,compare,ab,sensitivity,export,params,
-cloud,device-plan,history,regressions,profile}`: the functions the Makefile calls, the tools that compare
+cloud,device-run,history,regressions,profile}`: the functions the Makefile calls, the tools that compare
 and export reports, the cloud fan-out (kernel_lib.cloud), the recipe for a GPU host without a
-package index (kernel_lib.device_plan) and the results store of every run (kernel_lib.history).
+package index (kernel_lib.device_run) and the results store of every run (kernel_lib.history).
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed or the disk did
 (one line: `error: ...`), 2 bad input (nothing ran), 130 interrupted (Ctrl-C).
@@ -15,7 +15,6 @@ import argparse
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,15 +31,14 @@ from kernel_lib.params import (
 )  # fmt: skip
 from kernel_lib.platform import detect_platform, device_facts
 from kernel_lib.profiling.pending import mode_override
-from kernel_lib.records import RESULTS_DIR_ENV
 
 OUTPUTS = ROOT / "outputs"
-# topic -> (module with `suite(params)`, notebook whose parameters it takes; None: the platform's backend_*)
+# topic -> (module with `run_suite(params)`, notebook whose parameters it takes; None: the platform's backend_*)
 TOPICS = {
-    "device": ("kernel_lib.backends.plan", None),
-    "moe": ("kernel_lib.moe.plan", "moe"),
-    "fp8": ("kernel_lib.fp8.plan", "fp8"),
-    "attention": ("kernel_lib.attention.plan", "flex_attention"),
+    "device": ("kernel_lib.backends.suite", None),
+    "moe": ("kernel_lib.moe.suite", "moe"),
+    "fp8": ("kernel_lib.fp8.suite", "fp8"),
+    "attention": ("kernel_lib.attention.suite", "flex_attention"),
 }
 
 
@@ -66,7 +64,7 @@ def _repeat(value: str) -> int:
 
 def cmd_run(args) -> int:
     from kernel_lib.run.execute import FAILED_STATUSES  # CLI start-up
-    from kernel_lib.run.plan import refuse_reference, run_repeated  # CLI start-up
+    from kernel_lib.run.runner import refuse_reference, run_repeated  # CLI start-up
 
     repeat = _repeat(args.repeat)
     overrides = dict(parse_override(p) for p in args.param)
@@ -111,10 +109,11 @@ def cmd_report(args) -> int:
         galleries = [g for g in galleries if g.name == "outputs"]
     for gallery in galleries:  # before any report is rebuilt
         check_gallery(gallery, "--gallery" if args.gallery else "gallery:")
-    for index in rebuild_reports(dirs or None, outputs=OUTPUTS):
-        print(f"report: {index}")
-    for gallery in galleries:
-        print(f"gallery: {build_gallery(gallery)}")
+    reports = rebuild_reports(dirs or None, outputs=OUTPUTS)
+    for report in reports:
+        print(f"report: {report.index}")
+    for gallery in galleries:  # each report read once: the gallery takes them as read
+        print(f"gallery: {build_gallery(gallery, reports)}")
     return 0
 
 
@@ -172,7 +171,7 @@ def cmd_bench(args) -> int:
     if os.environ.get(allocator.ENV) != plan.allocator:
         return _bench_under_allocator(args, plan)
     params = {**notebook_defaults(notebook), **plan.parameters_for(notebook)}
-    records = importlib.import_module(module_name).suite(params, progress=not args.json)
+    records = importlib.import_module(module_name).run_suite(params, progress=not args.json)
     records = stamp(records, platform=plan.platform)
     if args.json:
         json.dump(to_dicts(records), sys.stdout, indent=1)
@@ -183,53 +182,9 @@ def cmd_bench(args) -> int:
 
 
 def cmd_check(args) -> int:
-    """Re-execute a report's notebooks (a copy, so the report is untouched) and compare the
-    outputs of cells tagged nbval-check-output."""
-    platform = _platform(args.platform)
-    reports = sorted(
-        p.name for p in OUTPUTS.iterdir() if p.is_dir() and not p.name.startswith(".")
-    )
-    if platform not in reports:  # a folder's name, never a path out of outputs/ or .cache/nbval/
-        raise ParameterError(
-            f"--platform {platform!r}: no report folder outputs/{platform} (have {reports})"
-        )
-    source = OUTPUTS / platform
-    notebooks = sorted(source.glob("*.ipynb"))
-    if not notebooks:
-        raise ParameterError(
-            f"no executed notebooks in {source.relative_to(ROOT)}: run the report first"
-        )
-    if args.only is not None:  # a subset, say under an ISA where only some of them can differ
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
-        have = [nb.stem for nb in notebooks]
-        if not names or set(names) - set(have):
-            raise ParameterError(f"--only {args.only!r}: a comma-separated list among {have}")
-        notebooks = [nb for nb in notebooks if nb.stem in names]
-    work = ROOT / ".cache" / "nbval" / platform
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    for nb in notebooks:
-        shutil.copy2(nb, work / nb.name)
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "--nbval-lax",
-        "--nbval-current-env",
-        "-p",
-        "no:cacheprovider",
-        "--rootdir",
-        str(work),
-        str(work),
-    ]
-    # the re-executed notebooks save their records into the copy, never into outputs/local/
-    env = {**os.environ, RESULTS_DIR_ENV: str(work)}
-    code = subprocess.run(command, cwd=work, env=env).returncode
-    if code:
-        from kernel_lib.run.plan import say_other_code  # CLI start-up
+    from kernel_lib.run.nbval import check  # CLI start-up
 
-        say_other_code(source)
-    return code
+    return check(_platform(args.platform), args.only)
 
 
 def cmd_ab(args) -> int:
@@ -408,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     params.set_defaults(func=cmd_params)
 
     from kernel_lib.cloud.cli import add_parser as add_cloud_parser  # CLI start-up
-    from kernel_lib.device_plan.cli import add_parser as add_device_plan_parser  # CLI start-up
+    from kernel_lib.device_run.cli import add_parser as add_device_plan_parser  # CLI start-up
     from kernel_lib.history.cli import add_parsers as add_history_parsers  # CLI start-up
     from kernel_lib.profiling.command import add_parser as add_profile_parser  # CLI start-up
 

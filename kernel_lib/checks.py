@@ -99,7 +99,7 @@ def relative_error(out, ref) -> float:
     return errors(out, ref)[1]
 
 
-def compare(out, ref, *, reference: str, tolerance: Tolerance) -> Check:
+def check_output(out, ref, *, reference: str, tolerance: Tolerance) -> Check:
     """`out` against `ref`, pass/fail by `tolerance` (NaN never passes)."""
     abs_err, rel_err = errors(out, ref)
     check = Check(reference, abs_err, rel_err, tolerance.value, tolerance.metric, False)
@@ -117,7 +117,7 @@ def against(ref, *, reference: str, tolerance: Tolerance) -> Callable[[object], 
     def check(out) -> Check:
         if not cache:
             cache.append(ref() if callable(ref) else ref)
-        return compare(out, cache[0], reference=reference, tolerance=tolerance)
+        return check_output(out, cache[0], reference=reference, tolerance=tolerance)
 
     return check
 

@@ -145,7 +145,7 @@ def _reporting(index: int, fn: Callable[[], object]) -> Callable[[], object]:
     return call
 
 
-def compare(
+def check_then_time(
     case: Case,
     candidates: list[Candidate | rec.Record],
     *,

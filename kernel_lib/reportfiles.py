@@ -38,7 +38,7 @@ RECORD_REQUIRED = frozenset({*_NO_DEFAULT, "record_id"})
 RECORD_DEFAULTS = to_dicts([Record(**_NO_DEFAULT)])[0]
 
 
-# run.json as the runner writes it (run/plan.py; aggregate.write_aggregate_run for --repeat N),
+# run.json as the runner writes it (run/runner.py; aggregate.write_aggregate_run for --repeat N),
 # less the run ids, which are only shown as saved
 class Machine(TypedDict, total=False):
     cores: int | None
@@ -79,7 +79,7 @@ class RunEntry(TypedDict):  # and its run_id, times and git, shown as they are
     folder: str
 
 
-class Run(TypedDict, total=False):
+class RunInfo(TypedDict, total=False):
     platform: str
     parameters: str
     description: str
@@ -199,10 +199,10 @@ def _problem(value, hint, where: str = "") -> str | None:
 
 
 def read_run(path: str | Path, *, required: tuple[str, ...] = ()) -> dict:
-    """A run.json, checked (`Run`), with the keys in `required` present; ParameterError naming
+    """A run.json, checked (`RunInfo`), with the keys in `required` present; ParameterError naming
     the file and field otherwise."""
     run = _read_json(path)
-    bad = _problem(run, Run) or next(
+    bad = _problem(run, RunInfo) or next(
         (f"has no {key}" for key in required if run.get(key) is None), None
     )
     if bad:
@@ -239,15 +239,25 @@ def _keyed(row: dict) -> dict:
     return row
 
 
-def notebook_records(folder: str | Path) -> pd.DataFrame:
-    """Every record of a report folder with a `notebook` column (from `<notebook>.results.json`)
-    and a `verdict` column; empty when it holds none."""
-    frames = [
-        to_frame_with_verdict(read_results(path)).assign(
-            notebook=path.name[: -len(RESULTS_SUFFIX)]
-        )
-        for path in sorted(Path(folder).glob(f"*{RESULTS_SUFFIX}"))
-    ]
+def results_frame(path: str | Path) -> pd.DataFrame:
+    """A `<notebook>.results.json` file's records, read and checked (`read_results`), as one
+    table: a row per record with its `notebook`, and its `verdict` (`records.verdict`); what the
+    findings cell, a report's pages and the gallery all show."""
+    path = Path(path)
+    return to_frame_with_verdict(read_results(path)).assign(
+        notebook=path.name[: -len(RESULTS_SUFFIX)]
+    )
+
+
+def notebook_records(
+    folder: str | Path, read: dict[str, pd.DataFrame] | None = None
+) -> pd.DataFrame:
+    """Every record of a report folder (`results_frame` of each `<notebook>.results.json`, but
+    for the notebooks in `read`: their results as already read); empty when it holds none."""
+    read, frames = read or {}, []
+    for path in sorted(Path(folder).glob(f"*{RESULTS_SUFFIX}")):
+        name = path.name[: -len(RESULTS_SUFFIX)]
+        frames.append(read[name] if name in read else results_frame(path))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

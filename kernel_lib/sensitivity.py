@@ -1,6 +1,6 @@
 """`python -m kernel_lib sensitivity`: how small a slowdown `compare` detects on this machine.
 
-A small, fast benchmark (relu and add of 2^18 fp32 values, interleaved, `measure.compare`) runs as
+A small, fast benchmark (relu and add of 2^18 fp32 values, interleaved, `measure.check_then_time`) runs as
 separate processes, since the statistical unit of `compare` is the run. Per trial: side A and side
 A' (the same code: an A/A pair, the noise floor), and one side B per slowdown level, where the
 test-only knob `measure.TEST_SLOWDOWN_ENV` makes `relu` take 1 + level times as long (its records

@@ -1,6 +1,6 @@
 """Fast paths chosen by measurement on the machine that runs them, as Triton's autotuner and
 Inductor's max-autotune do: the candidates of one kernel are checked and timed interleaved at the
-case's shape (`measure.compare`), the fastest ok one is used, and the choice is cached per machine
+case's shape (`measure.check_then_time`), the fastest ok one is used, and the choice is cached per machine
 fingerprint (device name, ISA, torch version) and the set of candidates that ran (checked ok), so
 later runs on the same machine reuse it, and a new candidate, or one that could not run or failed
 its check before, is measured against the others.
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from kernel_lib import records as rec
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.params import ROOT
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.timing import ratio
@@ -88,7 +88,7 @@ def tune(
     comparator: str | None = None,
 ) -> tuple[str | None, list[rec.Record]]:
     """(chosen implementation, the candidates' records side by side): `compare`, then `choose`."""
-    records = compare(
+    records = check_then_time(
         case,
         candidates,
         facts=facts,

@@ -51,10 +51,10 @@ save_records([{kind}("t", "c", "i", "no device here", facts=device_facts())], "{
 
 
 WRONG = """import torch
-from kernel_lib.checks import Tolerance, compare
+from kernel_lib.checks import Tolerance, check_output
 from kernel_lib.platform import device_facts
 from kernel_lib.records import save_records, wrong
-check = compare(torch.ones(2), torch.zeros(2), reference="zeros", tolerance=Tolerance(0.1, "exact"))
+check = check_output(torch.ones(2), torch.zeros(2), reference="zeros", tolerance=Tolerance(0.1, "exact"))
 save_records([wrong("t", "c", "broken_kernel", check, facts=device_facts())], "wrong")"""
 
 
@@ -82,11 +82,11 @@ def workbook(tmp_path_factory):
         "y = undefined_name",
         SAVE.format(kind="skipped", name="raises"),
     )
-    _write_notebook(nbs / "sleeps.ipynb", "import time\ntime.sleep(60)")
+    _write_notebook(nbs / "sleeps.ipynb", "import time\ntime.sleep(300)")
     _write_notebook(nbs / "exits.ipynb", "import os\nos._exit(3)")
     _write_notebook(nbs / "absent.ipynb", SAVE.format(kind="skipped", name="absent"))
     _write_notebook(nbs / "wrong.ipynb", WRONG)
     (params / "all.yaml").write_text(
-        "workbook:\n  notebooks: [good, raises, sleeps, exits, absent, wrong]\n  cell_timeout_s: 5\nn: 21\n"
+        "workbook:\n  notebooks: [good, raises, sleeps, exits, absent, wrong]\n  cell_timeout_s: 30\nn: 21\n"
     )
     return root

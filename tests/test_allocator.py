@@ -4,7 +4,7 @@ import pytest
 
 from kernel_lib import allocator
 from kernel_lib.params import ParameterError, load_plan
-from kernel_lib.run.plan import run_plan
+from kernel_lib.run.runner import run_plan
 
 
 def test_each_choice_sets_only_its_variables_and_names_itself(tmp_path):

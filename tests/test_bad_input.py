@@ -150,7 +150,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     platform = "cpu"
     if text is not None:
         (tmp_path / "bad.yaml").write_bytes(text if isinstance(text, bytes) else text.encode())
-        monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path)
+        monkeypatch.setattr(params.platform_files, "PARAMETERS_DIR", tmp_path)
         platform = "bad"
     before = {p.name: p.read_bytes() for p in previous_report.iterdir()}
     start = time.perf_counter()
@@ -180,7 +180,7 @@ def _tiny_device(monkeypatch, memory_bytes=2**30, backend="cpu"):
 
 def test_a_file_too_big_for_this_machine_is_refused_naming_its_key(tmp_path, monkeypatch):
     (tmp_path / "cpu.yaml").write_text(GOOD + "attn_seq_lens: [256, 65536]\n")
-    monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path)
+    monkeypatch.setattr(params.platform_files, "PARAMETERS_DIR", tmp_path)
     _tiny_device(monkeypatch, memory_bytes=4 * 2**30)
     with pytest.raises(ParameterError) as err:
         load_plan("cpu")

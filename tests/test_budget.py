@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.config import left_out
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.params import ParameterError, load_plan
@@ -62,7 +62,7 @@ def test_the_platform_files_budgets_are_read_and_checked(tmp_path):
 
 # What the cpu cut may never leave out: what a headline or a correctness check is made of.
 KEPT = {
-    AttentionConfig: ("patterns", "causal_dtypes", "upcast", "cold_compile", "gym_kernels",
+    AttentionBenchConfig: ("patterns", "causal_dtypes", "upcast", "cold_compile", "gym_kernels",
                       "activations", "seq_len", "decode_kv_len"),
     MoEBenchConfig: ("strategies", "compile", "backward", "presets", "tokens", "imbalance"),
 }  # fmt: skip
@@ -78,10 +78,10 @@ def test_the_cpu_cut_keeps_every_headline_and_check(cls):
 
 
 def test_a_cut_says_what_it_left_out_and_the_command_that_runs_it():
-    cut = AttentionConfig(block_sizes=(64,), cold_compile=False)
+    cut = AttentionBenchConfig(block_sizes=(64,), cold_compile=False)
     line = left_out(cut, "flex_attention")
     assert "left out attn_block_sizes [32, 128, 256]; attn_cold_compile. All" in line
-    sized = left_out(AttentionConfig(windows_seq_len=2048), "flex_attention")
+    sized = left_out(AttentionBenchConfig(windows_seq_len=2048), "flex_attention")
     assert "changed attn_windows_seq_len=2048 (default 4096)." in sized
     assert line.endswith("python -m kernel_lib run --platform cpu-full --only flex_attention")
     assert "nothing" in left_out(MoEBenchConfig(), "moe")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernel_lib import checks
-from kernel_lib.checks import Tolerance, against, compare, errors, exact, relative_error
+from kernel_lib.checks import Tolerance, against, check_output, errors, exact, relative_error
 
 TOL = Tolerance(1e-6, "fp32 output of an exact sum")
 
@@ -22,13 +22,15 @@ def test_tuples_are_compared_tensor_by_tensor():
 
 
 def test_nan_never_passes_and_empty_outputs_do():
-    check = compare(torch.tensor([math.nan]), torch.tensor([1.0]), reference="r", tolerance=TOL)
+    check = check_output(
+        torch.tensor([math.nan]), torch.tensor([1.0]), reference="r", tolerance=TOL
+    )
     assert not check.passed and math.isnan(check.rel_error)
-    assert compare(torch.ones(0, 4), torch.ones(0, 4), reference="r", tolerance=TOL).passed
+    assert check_output(torch.ones(0, 4), torch.ones(0, 4), reference="r", tolerance=TOL).passed
 
 
 def test_check_fails_past_tolerance_and_says_so():
-    check = compare(torch.ones(4) * 1.01, torch.ones(4), reference="fp64 twin", tolerance=TOL)
+    check = check_output(torch.ones(4) * 1.01, torch.ones(4), reference="fp64 twin", tolerance=TOL)
     assert not check.passed
     assert check.describe() == "rel_error 1.0e-02 > 1.0e-06 vs fp64 twin"
     assert check.as_dict()["pass"] is False

@@ -10,7 +10,7 @@ import pytest
 
 from kernel_lib import __main__ as cli
 from kernel_lib import allocator, params
-from kernel_lib.backends.plan import NOTEBOOK_BACKEND
+from kernel_lib.backends.suite import NOTEBOOK_BACKEND
 from kernel_lib.params import ROOT
 from kernel_lib.platform import detect_backend
 from kernel_lib.records import Record
@@ -27,7 +27,7 @@ def test_unknown_platform_exits_2_with_one_line(capsys, tmp_path):
 
 def test_yaml_with_unknown_key_exits_2_naming_it(capsys, tmp_path, monkeypatch):
     (tmp_path / "bad.yaml").write_text("workbook: {notebooks: [backend_cpu]}\ngemm_sizez: [8]\n")
-    monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path)
+    monkeypatch.setattr(params.platform_files, "PARAMETERS_DIR", tmp_path)
     assert cli.main(["run", "--platform", "bad", "--out", str(tmp_path / "o")]) == 2
     assert "unknown key 'gemm_sizez'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
@@ -54,13 +54,15 @@ def _assert_checked_and_matchable(rows: list[dict], notebook: str) -> None:
     assert got == made, got ^ made
 
 
-# The ci sizes (every record id of outputs/reference) with the least timing per case: the checks
-# and ids are what this test reads, and the compiles are shared with the nbval pass of `make test`.
+# `bench` end to end (its JSON, stamps, allocator) for the detected backend's suite and a topic's,
+# at the ci sizes with the least timing per case. The other topics' records are those their
+# notebooks made in `make test`'s nbval run (test_rechecked_... below): `bench <topic>` runs
+# `run_suite` = `SUITE.run_all`, the sections each notebook cell runs by name, in the same order
+# (tests/test_suites.py), so executing flex_attention and moe a second time here would only
+# repeat their minutes of compiles.
 FAST = {
     "device": ["probe_compile=false", "compile_mlp=false", "min_time_s=0.001"],
-    "moe": ["moe_min_time_s=0.001"],
     "fp8": ["fp8_min_time_s=0.001"],
-    "attention": ["attn_min_time_s=0.001"],
 }
 
 
@@ -86,16 +88,22 @@ def test_bench_json_records_are_checked_stamped_and_matchable(topic):
 
 
 # `kernel_lib check --platform reference` saves the records of the notebooks it re-executes in
-# .cache/nbval/reference/; .ci/run reads them after each of its ISA passes (naming the notebooks
-# it re-executed), so no path comes out wrong under an ISA without running the suites again.
+# .cache/nbval/reference/; `make test` runs it first and then reads them all here
+# (KERNEL_WORKBOOK_RECHECKED=all), and .ci/run after each of its ISA passes (naming the notebooks
+# it re-executed), so no path comes out wrong without running the suites again.
 RECHECKED = os.environ.get("KERNEL_WORKBOOK_RECHECKED", "")
+REFERENCE_NOTEBOOKS = sorted(p.stem for p in (ROOT / "outputs" / "reference").glob("*.ipynb"))
 
 
 @pytest.mark.skipif(
     not RECHECKED,
-    reason="reads what `kernel_lib check` re-executed: .ci/run sets KERNEL_WORKBOOK_RECHECKED",
+    reason="reads what `kernel_lib check` re-executed: `make test` and .ci/run set "
+    "KERNEL_WORKBOOK_RECHECKED",
 )
-@pytest.mark.parametrize("notebook", RECHECKED.split(",") if RECHECKED else ["-"])
+@pytest.mark.parametrize(
+    "notebook",
+    REFERENCE_NOTEBOOKS if RECHECKED == "all" else RECHECKED.split(",") if RECHECKED else ["-"],
+)
 def test_rechecked_notebooks_records_are_checked_and_matchable(notebook):
     path = ROOT / ".cache" / "nbval" / "reference" / f"{notebook}.results.json"
     _assert_checked_and_matchable(json.loads(path.read_text()), notebook)
@@ -160,6 +168,6 @@ def test_bench_runs_under_the_platforms_allocator_as_the_notebooks_do(monkeypatc
 def test_bench_under_its_allocator_runs_the_suite_in_process(monkeypatch, capsys):
     monkeypatch.setenv(allocator.ENV, "system_kept")
     monkeypatch.setattr(cli.subprocess, "run", None)  # never started again
-    monkeypatch.setattr("kernel_lib.moe.plan.suite", lambda params, progress: [])
+    monkeypatch.setattr("kernel_lib.moe.suite.run_suite", lambda params, progress: [])
     assert cli.main(["bench", "moe", "--platform", "cpu", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []

@@ -6,20 +6,35 @@ import re
 import shutil
 from pathlib import Path
 
+import nbformat
 import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
 from kernel_lib import __main__ as cli
+from kernel_lib import reportfiles
 from kernel_lib.headlines import headline, key_of
-from kernel_lib.records import as_headline, measured, save_records, skipped, with_ratio
+from kernel_lib.history import store
+from kernel_lib.records import (
+    as_headline,
+    measured,
+    save_records,
+    skipped,
+    stamp,
+    to_dicts,
+    with_ratio,
+)
 from kernel_lib.report.aggregate import aggregate_records, write_aggregate_run
 from kernel_lib.report.findings import correctness_summary, figure_text, headline_rows
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.pages import build_report, rebuild_reports
 from kernel_lib.report.panels import CEILING_COLOUR, COLOURS, Panel, panels
-from kernel_lib.report.read import report_folders, report_records
+from kernel_lib.report.read import REFERENCE_PLATFORM, read_report, report_folders, report_records
+from kernel_lib.report.trends import store_trends
+from kernel_lib.run.execute import NotebookResult
+from kernel_lib.run.runner import run_repeated
 from kernel_lib.timing import Ratio, Timing
+from tests.test_runner import _one_notebook
 
 T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
 
@@ -95,6 +110,7 @@ def _report(
     fp8_runs: bool = True,
     dtype: str = "bfloat16",
     tokens: tuple[int, ...] = (4096,),
+    platform: str = "",
 ) -> Path:
     moe, fp8 = _records(facts, speedup, fp8_runs=fp8_runs, dtype=dtype, tokens=tokens)
     save_records(moe, "moe", folder)
@@ -102,7 +118,8 @@ def _report(
     for nb in ("moe", "fp8"):  # the executed notebooks the index links to
         (folder / f"{nb}.html").write_text("<html></html>")
         (folder / f"{nb}.ipynb").write_text("{}")
-    (folder / "run.json").write_text(json.dumps(_run(folder.name, facts, ["moe", "fp8"])))
+    run = _run(platform or folder.name, facts, ["moe", "fp8"])
+    (folder / "run.json").write_text(json.dumps(run))
     build_report(folder)
     return folder
 
@@ -308,6 +325,93 @@ def test_summary_lists_the_headlines_one_per_line_by_notebook(outputs):
     assert "| headlines" not in summary  # the notebooks table has no headlines column
 
 
+def test_a_shape_stays_typed_from_record_to_bar_label(tmp_path, cpu_facts):
+    """Records of several shapes load with gaps (a float column): the headline row's shape is the
+    record's dict again, whole numbers as ints, and the bar and caption read them as saved."""
+    root = tmp_path / "outputs"
+    _report(root / "h100", cpu_facts, 2.0, tokens=(4096, 16384), fp8_runs=False)
+    records = report_records(root / "h100")
+    assert records["shape.T"].dtype == float  # the fp8 skip has no shape: a gap
+    rows = headline_rows(records, "h100")
+    shapes = list(rows.loc[rows["key"] == SEED, "shape"])
+    assert shapes == [{"E": 8, "T": 4096}, {"E": 8, "T": 16384}]
+    assert all(type(v) is int for shape in shapes for v in shape.values())
+    assert _ticks(_by_key(root)[SEED]) == ["h100 T=4096", "h100 T=16384"]  # never T=4096.0
+
+
+def test_the_check_run_at_ci_sizes_is_listed_apart_without_bars(outputs, cpu_facts):
+    """outputs/reference (the ci platform file's tiny sizes, for nbval) is a check run: listed
+    under its own heading, never a bar or a column beside the platforms, nor a trend line."""
+    _report(outputs / "reference", cpu_facts, 0.5, platform=REFERENCE_PLATFORM)
+    for day, folder in enumerate(("cpu", "reference", "cpu", "reference"), 1):  # two runs each
+        run_file = outputs / folder / "run.json"
+        run = json.loads(run_file.read_text())
+        run.update(run_id=f"r{day}", started_utc=f"2026-01-0{day}T00:00:00+00:00")
+        run_file.write_text(json.dumps(run))
+        store.remember(outputs / folder)
+    text = build_gallery(outputs).read_text()
+    platforms, rest = text.split("<h2>Check run at CI sizes</h2>", 1)
+    checks, headlines = rest.split("<h2>Headlines</h2>", 1)
+    assert 'href="reference/index.html"' in checks and "reference" not in platforms
+    assert "reference" not in headlines and "0.50x" not in headlines  # no bar, no column
+    assert sorted(re.findall(r'data-platforms="(\d)"', headlines)) == ["1", "2", "2"]
+    trend_points = re.findall(r'data-key="moe[^"]*"[^>]*data-trend-points="(\d)"', headlines)
+    assert trend_points == ["2", "2"]  # cpu's two runs alone
+    trends, _ = store_trends(outputs)
+    assert set(trends["platform"]) == {"cpu", REFERENCE_PLATFORM}  # the store keeps both
+
+
+def reading(monkeypatch) -> list[Path]:
+    """The results files read from now on (run.json files are read by the same function)."""
+    read, real = [], reportfiles._read_json
+    monkeypatch.setattr(
+        reportfiles,
+        "_read_json",
+        lambda path: (
+            (str(path).endswith(".results.json") and read.append(Path(path))) or real(path)
+        ),
+    )
+    return read
+
+
+def test_each_results_file_is_read_once_for_the_reports_and_the_gallery(outputs, monkeypatch):
+    read = reading(monkeypatch)
+    assert cli.main(["report", str(outputs / "h100"), "--gallery", str(outputs)]) == 0
+    files = sorted(outputs.glob("*/*.results.json"))
+    assert sorted(read) == files and len(files) == 4  # h100's for its pages and the gallery
+
+
+def test_a_runs_records_are_read_once_for_findings_report_and_gallery(
+    tmp_path, write_notebook, monkeypatch, cpu_facts
+):
+    """The runner reads a notebook's results once, for its findings cell; its report's pages and
+    the gallery take those records (outputs/history.sqlite reads its own copy)."""
+    plan = _one_notebook(tmp_path, write_notebook, "x = 1")
+
+    def execute(notebook, output, parameters, **options):  # a notebook that saved one record
+        nbformat.write(
+            nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t")]), output
+        )
+        save_records([measured("moe", "forward", "x", T, facts=cpu_facts)], "timed", output.parent)
+        return NotebookResult(notebook.stem, "ok", "", 0.0)
+
+    read = reading(monkeypatch)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", execute)
+    out = tmp_path / "outputs" / "p"
+    run_repeated(plan, out, 1, progress=False)
+    staged = [p for p in read if p.parent != out]  # before the report is swapped in
+    assert len(staged) == 1 and "What this notebook found" in (out / "timed.ipynb").read_text()
+    assert read[1:] == [out / "timed.results.json"]  # the results store's own (history.store)
+    assert list(pd.read_csv(out / "results.csv")["implementation"]) == ["x"]  # the report's
+    assert "p/index.html" in (out.parent / "index.html").read_text()  # and the gallery's
+
+
+def test_the_gallery_takes_the_reports_as_read(outputs, monkeypatch):
+    reports = [read_report(f) for f in report_folders(outputs)]
+    monkeypatch.setattr("kernel_lib.report.gallery.read_report", None)  # never called
+    assert "2.00x [1.90, 2.10]" in build_gallery(outputs, reports).read_text()
+
+
 def test_report_command_rebuilds_from_records(outputs, capsys):
     (outputs / "h100" / "index.html").unlink()
     assert cli.main(["report", str(outputs / "h100"), "--gallery", str(outputs)]) == 0
@@ -324,8 +428,6 @@ def test_repeated_report_aggregates_the_runs(tmp_path, cpu_facts):
         run.mkdir(parents=True)
         timing = dataclasses.replace(T, median_ms=median, p10_ms=median * 0.9, p90_ms=median * 1.1)
         record = measured("moe", "forward", "dense_gemm", timing, facts=cpu_facts, flops=8e9)
-        from kernel_lib.records import stamp
-
         rows = stamp([record], run_id=f"id{index}", platform="cpu")
         (run / "moe.results.json").write_text(
             json.dumps([dataclasses.asdict(r) for r in rows], default=list)
@@ -347,6 +449,21 @@ def test_repeated_report_aggregates_the_runs(tmp_path, cpu_facts):
     assert "run-2/moe.html" in (out / "SUMMARY.md").read_text()
     build_gallery(out.parent)
     assert "<td>2</td>" in (out.parent / "index.html").read_text()  # its runs
+
+
+def test_a_repeated_reports_verdict_holds_only_if_it_held_in_every_run(tmp_path, cpu_facts):
+    out = tmp_path / "cpu"
+    for index, low in ((1, 1.1), (2, 0.9)):  # run 2's interval holds 1: the envelope does too
+        run = out / f"run-{index}"
+        run.mkdir(parents=True)
+        base = measured("moe", "forward", "dense_gemm", T, facts=cpu_facts)
+        fast = with_ratio(base, base, Ratio(1.2, low, 1.3, 0.95, 10))
+        rows = stamp([dataclasses.replace(fast, implementation="x")], run_id="r", platform="cpu")
+        (run / "moe.results.json").write_text(json.dumps(to_dicts(rows)))
+        (run / "run.json").write_text(json.dumps(_run("cpu", cpu_facts, ["moe"])))
+    (row,) = aggregate_records(out).to_dict("records")
+    assert (row["ratio_low"], row["ratio_high"]) == (0.9, 1.3)
+    assert row["verdict"] == "no clear difference"  # records.verdict of the envelope
 
 
 COMMITTED = Path(__file__).resolve().parents[1] / "outputs"

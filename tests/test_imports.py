@@ -68,3 +68,21 @@ def test_imports_inside_functions_say_why():
         if "#" not in "".join(f.read_text().splitlines()[first - 2 : last])  # or just above
     ]
     assert not silent, f"kernel_lib imported inside a function without a comment: {silent}"
+
+
+def test_one_class_per_name():
+    """A class name means one thing in kernel_lib (DESIGN.md, Words): two classes of one name in
+    two modules would be two meanings of a word."""
+    where = defaultdict(list)
+    for f in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(_module(f))
+    assert not {name: mods for name, mods in where.items() if len(mods) > 1}
+
+
+def test_no_module_over_450_lines():
+    """A module that grows past this does several jobs (DESIGN.md): split it by job."""
+    long = {str(f.relative_to(ROOT)): n for f in PACKAGE.rglob("*.py")
+            if (n := len(f.read_text().splitlines())) > 450}  # fmt: skip
+    assert not long

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernel_lib.checks import Tolerance, Unsupported, against
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.records import skipped
 
 TOL = Tolerance(1e-5, "fp32 GEMM, K=64")
@@ -29,13 +29,13 @@ def test_a_candidate_needs_its_check():
 def test_wrong_output_is_never_timed(cpu_facts):
     calls = []
     broken = _candidate("broken", lambda: calls.append(1) or A @ B.t())
-    (record,) = compare(CASE, [broken], facts=cpu_facts, min_time_s=0.01)
+    (record,) = check_then_time(CASE, [broken], facts=cpu_facts, min_time_s=0.01)
     assert record.status == "wrong" and record.median_ms is None and calls == [1]
     assert record.check["pass"] is False and "vs fp64 mm" in record.reason
 
 
 def test_ok_records_carry_check_samples_and_ratio_interval(cpu_facts):
-    records = compare(
+    records = check_then_time(
         CASE,
         [_candidate("base", lambda: A @ B), _candidate("same", lambda: A @ B)],
         facts=cpu_facts,
@@ -58,7 +58,7 @@ def test_unsupported_and_out_of_memory_are_skipped(cpu_facts):
         raise torch.OutOfMemoryError("tried to allocate 9 TiB")
 
     given = skipped("t", "mm", "given", "not built", facts=cpu_facts)
-    records = compare(
+    records = check_then_time(
         CASE, [_candidate("u", unsupported), _candidate("o", oom), given], facts=cpu_facts
     )
     assert [r.status for r in records] == ["skipped"] * 3
@@ -78,7 +78,7 @@ def test_a_raising_candidate_costs_only_its_own_record(cpu_facts):
             raise ValueError("shape mismatch in round 2")
         return A @ B
 
-    records = compare(
+    records = check_then_time(
         CASE,
         [
             _candidate("base", lambda: A @ B),
@@ -105,10 +105,10 @@ def test_a_raising_candidate_costs_only_its_own_record(cpu_facts):
 
 def test_baseline_must_be_a_candidate_and_a_wrong_baseline_gives_no_ratios(cpu_facts):
     with pytest.raises(ValueError, match="baseline"):
-        compare(
+        check_then_time(
             CASE, [_candidate("a", lambda: A @ B)], facts=cpu_facts, baseline="zz", min_time_s=0.01
         )
-    records = compare(
+    records = check_then_time(
         CASE,
         [_candidate("bad", lambda: -(A @ B)), _candidate("a", lambda: A @ B)],
         facts=cpu_facts,

@@ -22,7 +22,7 @@ from kernel_lib import __main__ as cli
 from kernel_lib import params
 from kernel_lib.compare import NOISE_FLOOR_KEYS
 from kernel_lib.report.gallery import build_gallery
-from kernel_lib.run import plan
+from kernel_lib.run import runner
 from kernel_lib.run.execute import execute
 from tests.test_bad_input import ANOTHER_DEVICE
 from tests.test_damaged_reports import RESULTS, write_report
@@ -70,9 +70,9 @@ def run(tmp_path, write_notebook, monkeypatch):
     write_notebook(nbs / "a.ipynb", "x = 1")
     for name in ("p", "q", "gcp-tpu-v5e"):
         (prm / f"{name}.yaml").write_text("workbook: {notebooks: [a]}\n")
-    monkeypatch.setattr(params, "PARAMETERS_DIR", prm)
-    monkeypatch.setattr(params, "NOTEBOOKS_DIR", nbs)
-    monkeypatch.setattr("kernel_lib.run.plan.execute", fake_execute)
+    monkeypatch.setattr(params.platform_files, "PARAMETERS_DIR", prm)
+    monkeypatch.setattr(params.notebooks, "NOTEBOOKS_DIR", nbs)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", fake_execute)
 
     def run(out, *argv, platform="p"):
         return run_cli(["run", "--platform", platform, "--no-progress", "--out", out, *argv])
@@ -333,18 +333,18 @@ def test_a_report_git_holds_unchanged_is_replaced_freely(run, out):
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "report"]):
         subprocess.run([*git, *args], cwd=out.parent, check=True, capture_output=True)
-    assert plan.in_git(out)
+    assert runner.in_git(out)
     assert run(out)[0] == 0
     made["environment"]["name"] = "a third CPU"
     (out / "run.json").write_text(json.dumps(made))  # now a change git does not hold
-    assert not plan.in_git(out)
+    assert not runner.in_git(out)
     refused(run(out), "is the report of", "--replace")
 
 
 def test_outputs_reference_is_written_by_make_reference_only(run, tmp_path, monkeypatch):
     reference = tmp_path.resolve() / "reference"
-    monkeypatch.setattr(plan, "REFERENCE", reference)
-    monkeypatch.setattr(plan, "REFERENCE_PLATFORM", "p")
+    monkeypatch.setattr(runner, "REFERENCE", reference)
+    monkeypatch.setattr(runner, "REFERENCE_PLATFORM", "p")
     refused(run(reference), "only `make reference` writes it")
     refused(run(reference, "--nbval-reference", "-p", "n=2"), "no -p")
     refused(run(tmp_path / "elsewhere", "--nbval-reference"), "--nbval-reference")
@@ -367,7 +367,7 @@ def test_a_disk_that_fills_while_the_notebook_is_written_is_one_line(run, out, m
         Path(output).write_text('{"cells": [')  # the notebook cut short
         raise OSError(errno.ENOSPC, "No space left on device", str(output))
 
-    monkeypatch.setattr("kernel_lib.run.plan.execute", execute)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", execute)
     monkeypatch.setattr("papermill.execute_notebook", fills)
     code, _, err = run(out)
     assert code == 1 and err.splitlines()[-1].endswith("a.ipynb: No space left on device"), err
@@ -380,7 +380,7 @@ def test_bench_refuses_another_devices_file_before_anything_runs():
 
 def test_check_of_a_report_made_by_other_code_says_so(tmp_path, capsys):
     report = write_report(tmp_path / "old")
-    plan.say_other_code(report)
+    runner.say_other_code(report)
     err = capsys.readouterr().err
     assert err.startswith(f"note: {report} was made by git abc1234, ")
     assert "may come from the code, not this machine" in err and err.count("\n") == 1

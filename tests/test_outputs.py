@@ -7,6 +7,7 @@ import pytest
 
 from kernel_lib.params import ROOT
 from kernel_lib.records import LOCAL_RESULTS_DIR, RESULTS_SUFFIX
+from kernel_lib.report import lead
 
 # Report folders with saved records (outputs/reference/ keeps only its notebooks in git; the
 # git-ignored outputs/local/ holds runs by hand, no report).
@@ -35,3 +36,25 @@ def test_every_timed_ok_record_passed_its_check(path):
         if r["status"] == "ok" and r["median_ms"] is not None:
             assert r["check"] and r["check"]["pass"] is True, r["record_id"]
             assert len(r["samples_ms"]) == r["reps"], r["record_id"]
+
+
+def _cells(path: Path) -> list[tuple[str, str]]:
+    """A notebook's cells (type, source), without the findings cell the runner puts first and the
+    parameters cell papermill injects."""
+    cells = json.loads(path.read_text())["cells"]
+    added = {lead.TAG, "injected-parameters"}
+    return [
+        (c["cell_type"], "".join(c["source"]))
+        for c in cells
+        if not added & set(c["metadata"].get("tags", []))
+    ]
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem
+)
+def test_the_nbval_reference_notebooks_are_this_revisions(notebook):
+    """`make test` re-executes outputs/reference/*.ipynb and reads the records they save: they must
+    be the notebooks of this revision, or it would check an old one (after editing a notebook:
+    `make reference`)."""
+    assert _cells(ROOT / "outputs" / "reference" / notebook.name) == _cells(notebook)

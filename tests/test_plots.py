@@ -5,8 +5,8 @@ import pandas as pd
 
 from kernel_lib import plots
 from kernel_lib.fp8 import plots as fp8_plots
-from kernel_lib.moe import bench as moe_bench
 from kernel_lib.moe import plots as moe_plots
+from kernel_lib.moe import tables as moe_tables
 from kernel_lib.moe.balancing import load_over_steps
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.presets import preset
@@ -62,10 +62,10 @@ def test_moe_load_plots_name_the_routing_they_count():
     rows = [
         {"imbalance": 0.0, "expert": e, "tokens": n, "cv": 0.1} for e, n in enumerate([1, 2, 3])
     ]
-    ax = moe_plots.expert_load(rows, at=moe_bench.load_text(cfg))
+    ax = moe_plots.expert_load(rows, at=moe_tables.load_text(cfg))
     assert ax.get_title() == "Expert load\nT=256,E=4,K=2"
     load = load_over_steps(preset(cfg.balance_preset), steps=2, tokens=64, gamma=0.1, zipf=0.3)
-    ax = moe_plots.load_over_steps(load, at=moe_bench.balance_text(cfg))
+    ax = moe_plots.load_over_steps(load, at=moe_tables.balance_text(cfg))
     assert ax.get_title() == f"Expert load over steps\n{cfg.balance_preset} " + (
         f"T={cfg.preset_tokens},gamma={cfg.balance_gamma},zipf={cfg.preset_zipf}"
     )

@@ -13,12 +13,12 @@ import torch
 
 from kernel_lib import records as rec
 from kernel_lib.__main__ import main
-from kernel_lib.measure import Case, compare
-from kernel_lib.moe import bench, dispatch
+from kernel_lib.measure import Case, check_then_time
+from kernel_lib.moe import dispatch
+from kernel_lib.moe.candidates import DENSE, dense_candidate, strategy_candidate
 from kernel_lib.moe.cases import make_case
 from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.params import ROOT, parse_override
-from kernel_lib.plan import Context, Plan, Section
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.profiling import phases
 from kernel_lib.profiling.capture import profiled
@@ -26,6 +26,7 @@ from kernel_lib.profiling.pending import PROFILE_ENV, forget, mode_override, rem
 from kernel_lib.report.lead import findings_markdown
 from kernel_lib.report.phases import NONE, report_phases_html
 from kernel_lib.reportfiles import notebook_records
+from kernel_lib.suite import Context, Section, Suite
 
 SHAPE = MoEShape(tokens=300, hidden=64, ffn=128, experts=4, top_k=2)
 IMPLEMENTATION = "dispatch_packed_segments"
@@ -51,12 +52,12 @@ def test_torch_compile_traces_through_a_phase():
 def _section(ctx):
     """dispatch_packed_segments against the dense pair on a small case, declared a headline."""
     case = make_case(SHAPE, dtype="float32")
-    candidates = [bench.dense_candidate(case), bench.strategy_candidate("packed_segments", case)]
-    out = compare(
+    candidates = [dense_candidate(case), strategy_candidate("packed_segments", case)]
+    out = check_then_time(
         Case("moe", "forward", SHAPE.as_dict(), "float32", "forward"),
         candidates,
         facts=ctx.facts,
-        baseline=bench.DENSE,
+        baseline=DENSE,
         rounds=6,
         min_time_s=0.001,
     )
@@ -68,7 +69,7 @@ def _run(monkeypatch, folder, facts, mode="headlines") -> list[rec.Record]:
     monkeypatch.setenv(PROFILE_ENV, mode)
     monkeypatch.setenv(rec.RESULTS_DIR_ENV, str(folder))
     ctx = Context(config=None, facts=facts)
-    Plan("moe", [Section("speed", _section, "the headline")]).run("speed", ctx)
+    Suite("moe", [Section("speed", _section, "the headline")]).run("speed", ctx)
     return ctx.records
 
 

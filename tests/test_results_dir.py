@@ -71,7 +71,7 @@ def test_save_records_without_a_directory_never_writes_into_the_cwd(
     elsewhere, tmp_path, monkeypatch
 ):
     local = tmp_path / "local"
-    monkeypatch.setattr(records, "LOCAL_RESULTS_DIR", local)
+    monkeypatch.setattr(records.io, "LOCAL_RESULTS_DIR", local)
     path = save_records([], "nb")
     assert path == local / "nb.results.json" and (local / "nb.results.csv").exists()
     assert list(elsewhere.iterdir()) == []

@@ -13,7 +13,7 @@ from kernel_lib import outdir, params
 from kernel_lib.params import ROOT, load_plan
 from kernel_lib.run.environment import code_environment
 from kernel_lib.run.execute import NotebookResult
-from kernel_lib.run.plan import run_plan
+from kernel_lib.run.runner import run_plan
 
 
 def fake_execute(notebook, output, parameters, **options):
@@ -34,9 +34,9 @@ def run(tmp_path, write_notebook, monkeypatch, capsys):
     nbs.mkdir(), prm.mkdir()
     write_notebook(nbs / "a.ipynb", "x = 1")
     (prm / "p.yaml").write_text("workbook: {notebooks: [a]}\n")
-    monkeypatch.setattr(params, "PARAMETERS_DIR", prm)
-    monkeypatch.setattr(params, "NOTEBOOKS_DIR", nbs)
-    monkeypatch.setattr("kernel_lib.run.plan.execute", fake_execute)
+    monkeypatch.setattr(params.platform_files, "PARAMETERS_DIR", prm)
+    monkeypatch.setattr(params.notebooks, "NOTEBOOKS_DIR", nbs)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", fake_execute)
 
     def run(out, *argv):
         capsys.readouterr()
@@ -149,7 +149,7 @@ def test_a_run_in_progress_holds_no_run_json(run, out, monkeypatch):
         seen.extend(p.name for p in output.parent.iterdir())
         return fake_execute(notebook, output, parameters)
 
-    monkeypatch.setattr("kernel_lib.run.plan.execute", execute)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", execute)
     assert run(out)[0] == 0
     assert (
         "index.html" in seen and "run.json" not in seen
@@ -162,13 +162,13 @@ def full_copy(src, dst, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device", str(Path(dst) / "half.ipynb"))
 
 
-def read_only_report(folder):
+def read_only_report(folder, report=None):
     raise OSError(errno.EROFS, "Read-only file system", str(Path(folder) / "index.html"))
 
 
 @pytest.mark.parametrize(
     "target, fault",
-    [("shutil.copytree", full_copy), ("kernel_lib.run.plan.build_report", read_only_report)],
+    [("shutil.copytree", full_copy), ("kernel_lib.run.runner.build_report", read_only_report)],
 )
 def test_a_disk_error_is_one_line_and_leaves_the_previous_report(
     run, out, monkeypatch, target, fault
@@ -187,7 +187,7 @@ def test_a_disk_error_is_one_line_and_leaves_the_previous_report(
 def test_ctrl_c_is_one_line_exit_130_and_leaves_the_previous_report(run, out, monkeypatch, repeat):
     assert run(out)[0] == 0
     before = files(out.parent)
-    monkeypatch.setattr("kernel_lib.run.plan.execute", interrupt)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", interrupt)
     code, err = run(out, "--repeat", repeat, "--replace")
     assert code == 130
     assert last_line(err) == f"interrupted: the previous report in {out} is unchanged"

@@ -13,8 +13,8 @@ from kernel_lib import outdir
 from kernel_lib.params import load_plan
 from kernel_lib.run.execute import _saved_status
 from kernel_lib.run.machine import machine_load
-from kernel_lib.run.plan import run_plan, run_repeated
 from kernel_lib.run.render import to_html
+from kernel_lib.run.runner import run_plan, run_repeated
 
 pytestmark = pytest.mark.slow  # executes notebooks
 
@@ -117,7 +117,7 @@ def test_interrupted_run_leaves_the_previous_report(report, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("kernel_lib.run.plan.execute", interrupt)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_plan(load(wb), out, progress=False)
     assert sorted(p.name for p in out.iterdir()) == before
@@ -229,7 +229,7 @@ def test_a_failed_html_export_keeps_the_run(tmp_path, write_notebook, monkeypatc
     def no_templates(notebook):
         raise ValueError("No template sub-directory with name 'lab' found in:\n\t/usr/share")
 
-    monkeypatch.setattr("kernel_lib.run.plan.to_html", no_templates)
+    monkeypatch.setattr("kernel_lib.run.runner.to_html", no_templates)
     out = tmp_path / "out"
     (result,) = run_plan(plan, out, progress=False)
     assert result.status == "ok" and (out / "timed.ipynb").exists() and (out / "run.json").exists()

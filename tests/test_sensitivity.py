@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from kernel_lib import checks, measure, sensitivity
-from kernel_lib.measure import TEST_SLOWDOWN_ENV, Candidate, Case, compare, injected_slowdown
+from kernel_lib.measure import (
+    TEST_SLOWDOWN_ENV,
+    Candidate,
+    Case,
+    check_then_time,
+    injected_slowdown,
+)
 from kernel_lib.platform import device_facts
 from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
 
@@ -39,7 +45,7 @@ def test_the_knob_names_one_implementation_and_flags_its_records(monkeypatch):
     monkeypatch.setenv(TEST_SLOWDOWN_ENV, "slowed=0.5")
     assert injected_slowdown("slowed") == 0.5 and injected_slowdown("plain") == 0.0
     check = checks.exact(torch.zeros(1), reference="zeros")
-    plain, slowed = compare(
+    plain, slowed = check_then_time(
         Case("t", "zeros", {"n": 1}),
         [Candidate(name, lambda: torch.zeros(1), check) for name in ("plain", "slowed")],
         facts=device_facts("cpu"),
@@ -61,7 +67,7 @@ def test_two_knobs_slow_each_its_own_implementation_by_its_own_fraction(monkeypa
 
     monkeypatch.setattr(measure, "_slowed", spy)
     check = checks.exact(torch.zeros(1), reference="zeros")
-    records = compare(
+    records = check_then_time(
         Case("t", "zeros", {"n": 1}),
         [Candidate(name, fn, check) for name, fn in fns.items()],
         facts=device_facts("cpu"),

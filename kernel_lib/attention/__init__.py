@@ -7,7 +7,7 @@ from kernel_lib.attention.baselines import (
     sdpa_attention,
 )
 from kernel_lib.attention.checks import TOLERANCES
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.flex import (
     block_mask_for,
     block_sparsity,
@@ -17,7 +17,6 @@ from kernel_lib.attention.flex import (
     flex_attention_flash,
 )
 from kernel_lib.attention.patterns import PATTERNS, Pattern, PatternConfig, build_pattern
-from kernel_lib.attention.plan import suite
 from kernel_lib.attention.reference import (
     attention_reference,
     dense_bias,
@@ -26,10 +25,11 @@ from kernel_lib.attention.reference import (
     reference_output,
 )
 from kernel_lib.attention.shapes import AttentionShape
+from kernel_lib.attention.suite import run_suite
 
 __all__ = [
     # configuration
-    "AttentionConfig", "AttentionShape",
+    "AttentionBenchConfig", "AttentionShape",
     # the pattern registry and its dense references
     "PATTERNS", "Pattern", "PatternConfig", "build_pattern",
     "dense_mask", "dense_bias", "attention_reference", "reference_output", "reference_grads",
@@ -40,5 +40,5 @@ __all__ = [
     # baselines
     "SDPA_BACKENDS", "sdpa_attention", "flash_attention", "attention_naive",
     # benchmarks
-    "suite",
+    "run_suite",
 ]  # fmt: skip

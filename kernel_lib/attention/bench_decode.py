@@ -1,8 +1,8 @@
 """Inference attention benchmarks: GQA/MQA decode, multi-token decode and cross-attention
 through compiled flex and each SDPA backend, a paged KV cache against the same flex call on a
-contiguous cache, a KV-length sweep of decode, and attention-gym's further pattern families.
+contiguous cache, and a KV-length sweep of decode.
 Every candidate is checked against the fp64 reference at its timed shape, then timed
-interleaved (`measure.compare`); returns records only.
+interleaved (`measure.check_then_time`); returns records only.
 
 Legend: B batch, Hq / Hkv query / key-value heads, Lq query positions, Lk (L) key positions,
 D head dim. Decode and paged flex use `page_size` as the key tile, so the paged and contiguous
@@ -15,14 +15,14 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import pandas as pd
 from tqdm import tqdm
 
 from kernel_lib import records as rec
 from kernel_lib.attention import bench
 from kernel_lib.attention.baselines import SDPA_BACKENDS, sdpa_attention
+from kernel_lib.attention.candidates import FLEX, TOPIC
 from kernel_lib.attention.checks import tolerance
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.decode import (
     DecodeShape,
     block_sparsity,
@@ -33,22 +33,20 @@ from kernel_lib.attention.decode import (
     make_inputs,
     sdpa_kwargs,
 )
-from kernel_lib.attention.flex import FlexVariant, compiled_graphs
+from kernel_lib.attention.flex import compiled_graphs
 from kernel_lib.attention.paged import flex_paged, gather, page_cache
-from kernel_lib.attention.patterns import GYM_PATTERNS
-from kernel_lib.attention.reference import dense_block_sparsity, gqa_reference
+from kernel_lib.attention.reference import gqa_reference
 from kernel_lib.checks import against
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.platform import DeviceFacts
 
-FLEX = "flex_attention_compiled"  # bench.FLEX (bench imports this module)
 FLEX_PAGED = "flex_attention_compiled_paged"
 FLEX_GATHERED = "flex_attention_compiled_gathered"  # gather the pages, then the contiguous call
 DECODE_HEADLINE = "flex.gqa_decode_vs_sdpa"  # kernel_lib.headlines
 PAGED_HEADLINE = "flex.paged_vs_contiguous"
 
 
-def decode_shapes(cfg: AttentionConfig) -> dict[str, DecodeShape]:
+def decode_shapes(cfg: AttentionBenchConfig) -> dict[str, DecodeShape]:
     """Case name -> shape: one-token GQA and MQA decode, multi-token GQA decode (bottom-right
     causal), cross-attention without a mask and over num_docs packed documents."""
     common = {"batch": 1, "heads": cfg.decode_heads, "head_dim": cfg.decode_head_dim}
@@ -81,7 +79,7 @@ def decode_check(shape: DecodeShape, q, k, v):
 
 
 def decode_case(
-    cfg: AttentionConfig,
+    cfg: AttentionBenchConfig,
     shape: DecodeShape,
     *,
     facts: DeviceFacts,
@@ -114,9 +112,9 @@ def decode_case(
         for b in SDPA_BACKENDS
     ]
     graphs = compiled_graphs()
-    this = Case(bench.TOPIC, case, shape.as_dict(), shape.dtype, bench.FORWARD)
+    this = Case(TOPIC, case, shape.as_dict(), shape.dtype, bench.FORWARD)
     out = bench.vs_best_sdpa(
-        compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, case))
+        check_then_time(this, candidates, facts=facts, **bench.timing_options(cfg, progress, case))
     )
     new_graphs = compiled_graphs() - graphs
     out = [
@@ -129,7 +127,7 @@ def decode_case(
 
 
 def time_decode(
-    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, progress: bool = False
 ) -> list[rec.Record]:
     """Every decode_shapes case; declares the headline: flex one-token GQA decode."""
     out = []
@@ -139,7 +137,7 @@ def time_decode(
 
 
 def decode_sweep(
-    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, progress: bool = False
 ) -> list[rec.Record]:
     """One-token GQA decode at each of cfg.decode_kv_lens (one flex compile each)."""
     base = decode_shapes(cfg)["gqa_decode"]
@@ -163,7 +161,7 @@ def _gathered(q, cache, shape: DecodeShape, block_size: int):
 
 
 def paged_case(
-    cfg: AttentionConfig, *, facts: DeviceFacts, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, progress: bool = False
 ) -> list[rec.Record]:
     """One-token GQA decode over a paged cache (pages shuffled in a pool with spare pages):
     flex over the pool through the block table, flex after gathering the pages, and the same
@@ -184,8 +182,8 @@ def paged_case(
             FLEX, partial(flex_decode, q, k, v, shape, block_size=cfg.page_size), check, **work
         ),
     ]
-    this = Case(bench.TOPIC, "paged_gqa_decode", shape.as_dict(), shape.dtype, bench.FORWARD)
-    out = compare(
+    this = Case(TOPIC, "paged_gqa_decode", shape.as_dict(), shape.dtype, bench.FORWARD)
+    out = check_then_time(
         this,
         candidates,
         facts=facts,
@@ -197,38 +195,3 @@ def paged_case(
         bench.mark_headline(r, PAGED_HEADLINE, case=this.case, implementation=FLEX_PAGED)
         for r in out
     ]
-
-
-def time_gym_patterns(
-    cfg: AttentionConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
-) -> list[rec.Record]:
-    """Forward of each of cfg.gym_patterns at the pattern sections' shape (bench.forward_case:
-    flex, SDPA backends with the dense mask, naive), section `gym_patterns`."""
-    out = []
-    for name in tqdm(cfg.gym_patterns, desc="gym patterns", disable=not progress):
-        out += bench.forward_case(
-            cfg,
-            cfg.pattern(name),
-            cfg.shape(),
-            facts=facts,
-            variant=variant,
-            case=name,
-            section="gym_patterns",
-            progress=progress,
-        )
-    return out
-
-
-def gym_block_sparsity(cfg: AttentionConfig, *, block_size: int) -> pd.DataFrame:
-    """Percent of (query, key) tiles of `block_size` with no attended pair, from each gym
-    pattern's dense reference mask at attn_seq_len (no compile)."""
-    rows = [
-        {
-            "pattern": name,
-            "block_sparsity_%": round(
-                dense_block_sparsity(cfg.pattern(name), cfg.seq_len, block_size), 1
-            ),
-        }
-        for name in GYM_PATTERNS
-    ]
-    return pd.DataFrame(rows).set_index("pattern")

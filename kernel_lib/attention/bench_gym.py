@@ -1,10 +1,11 @@
-"""Benchmarks of attention-gym's families that have their own flex call: multi-head latent
-attention (mla.py), Sparse VideoGen's spatial/temporal heads (temporal_heads.py), attention
-with an activation instead of softmax (activation.py), JetSpec's draft tree and draft training
-masks (Lq != Lk: jetspec.py, rectangular.py) and video sparse attention (its block mask chosen
-from the data: vsa.py). Each candidate is checked against its fp64 reference at the timed shape
+"""Benchmarks of attention-gym's families: its further mask patterns (patterns.GYM_PATTERNS,
+through bench.forward_case like every pattern), and those that have their own flex call:
+multi-head latent attention (mla.py), Sparse VideoGen's spatial/temporal heads
+(temporal_heads.py), attention with an activation instead of softmax (activation.py), JetSpec's
+draft tree and draft training masks (Lq != Lk: jetspec.py, rectangular.py) and video sparse
+attention (its block mask chosen from the data: vsa.py). Each candidate is checked against its fp64 reference at the timed shape
 (all query rows up to reference.FULL_CHECK_MAX_SEQ_LEN, a fixed sample above), then timed
-interleaved (`measure.compare`); returns records only.
+interleaved (`measure.check_then_time`); returns records only.
 
 Legend: B batch, H heads, S sequence length, D head dim, Lq / Lk query / key lengths; MLA's
 letters in mla.py. Ratios are over the fastest SDPA backend that runs the case, or over the
@@ -15,13 +16,15 @@ from __future__ import annotations
 
 from functools import partial
 
-import pandas as pd
+from tqdm import tqdm
 
 from kernel_lib import records as rec
 from kernel_lib.attention import activation, bench, mla, temporal_heads, vsa
 from kernel_lib.attention.baselines import SDPA_BACKENDS, sdpa_attention
+from kernel_lib.attention.candidates import FLEX, NAIVE, TOPIC, raise_unsupported
 from kernel_lib.attention.checks import rows_check
-from kernel_lib.attention.config import GYM_KERNELS, AttentionConfig
+from kernel_lib.attention.config import GYM_KERNELS, AttentionBenchConfig
+from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.patterns import SPEC_PATTERNS
 from kernel_lib.attention.plain import check_score_memory
 from kernel_lib.attention.rectangular import block_sparsity, flex_rectangular
@@ -29,7 +32,6 @@ from kernel_lib.attention.reference import (
     activation_reference,
     attention_reference,
     dense_mask,
-    mask_block_sparsity,
     mla_reference,
     output_rows,
     reference_output,
@@ -38,7 +40,7 @@ from kernel_lib.attention.reference import (
     vsa_reference,
 )
 from kernel_lib.attention.shapes import AttentionShape, attention_flops, make_qkv
-from kernel_lib.measure import Candidate, Case, compare, with_baseline
+from kernel_lib.measure import Candidate, Case, check_then_time, with_baseline
 from kernel_lib.platform import DeviceFacts
 
 FLEX_MLA = "flex_mla"
@@ -49,18 +51,24 @@ FLEX_VSA = "flex_vsa"
 NAIVE_ACTIVATION = "activation_naive"
 
 
-def mla_shape(cfg: AttentionConfig) -> mla.MLAShape:
-    """The MLA problem of the pattern sections' B, H, S and dtype with the attn_mla_* dims."""
-    return mla.MLAShape(
-        cfg.batch,
-        cfg.heads,
-        cfg.seq_len,
-        cfg.mla_kv_lora_rank,
-        cfg.mla_nope_dim,
-        cfg.mla_rope_dim,
-        cfg.mla_v_dim,
-        cfg.dtype,
-    )
+def time_gym_patterns(
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, variant: FlexVariant, progress: bool = False
+) -> list[rec.Record]:
+    """Forward of each of cfg.gym_patterns at the pattern sections' shape (bench.forward_case:
+    flex, SDPA backends with the dense mask, naive), section `gym_patterns`."""
+    out = []
+    for name in tqdm(cfg.gym_patterns, desc="gym patterns", disable=not progress):
+        out += bench.forward_case(
+            cfg,
+            cfg.pattern(name),
+            cfg.shape(),
+            facts=facts,
+            variant=variant,
+            case=name,
+            section="gym_patterns",
+            progress=progress,
+        )
+    return out
 
 
 def _sdpa_mla(inputs: mla.MLAInputs, *, backend: str):
@@ -68,11 +76,11 @@ def _sdpa_mla(inputs: mla.MLAInputs, *, backend: str):
 
 
 def time_mla(
-    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
 ) -> list[rec.Record]:
     """Causal MLA from the latent: expanded and absorbed compiled flex, and every SDPA backend on
     the expanded q, k, v (is_causal), checked against the fp64 reference; section `mla`."""
-    shape = mla_shape(cfg)
+    shape = cfg.mla_shape()
     inputs = mla.make_inputs(shape, device=facts.device, seed=0)
     rows = reference_rows(shape.seq_len)
     check = rows_check(
@@ -93,12 +101,14 @@ def time_mla(
     candidates += [
         Candidate(b, partial(_sdpa_mla, inputs, backend=b), check, **work) for b in SDPA_BACKENDS
     ]
-    this = Case(bench.TOPIC, "mla", shape.as_dict(), shape.dtype, bench.FORWARD)
-    out = compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case))
+    this = Case(TOPIC, "mla", shape.as_dict(), shape.dtype, bench.FORWARD)
+    out = check_then_time(
+        this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case)
+    )
     return bench.with_metrics(bench.vs_best_sdpa(out), section="mla")
 
 
-def video_layout(cfg: AttentionConfig) -> temporal_heads.VideoLayout:
+def video_layout(cfg: AttentionBenchConfig) -> temporal_heads.VideoLayout:
     """The video of attn_seq_len tokens: a prompt of attn_prefix_len (plus the remainder),
     attn_temporal_frames frames, windows attn_temporal_width frames wide."""
     return temporal_heads.VideoLayout.fit(
@@ -107,26 +117,6 @@ def video_layout(cfg: AttentionConfig) -> temporal_heads.VideoLayout:
         frames=cfg.temporal_frames,
         width=cfg.temporal_width,
     )
-
-
-def temporal_heads_sparsity(cfg: AttentionConfig, *, block_size: int) -> pd.DataFrame:
-    """Percent of (query block, key block) tiles skipped per head kind and over all heads: from
-    the dense reference (`reference_%`) and from flex's per-head BlockMask (`flex_%`)."""
-    layout, H = video_layout(cfg), cfg.heads
-    dense = temporal_heads_mask(layout, H)
-    kinds = {"spatial heads": slice(0, H, 2), "temporal heads": slice(1, H, 2), "all": slice(None)}
-    rows = [
-        {
-            "heads": kind,
-            "reference_%": round(mask_block_sparsity(dense[heads], block_size), 1),
-            "flex_%": round(
-                temporal_heads.block_sparsity(layout, H, block_size=block_size, heads=heads), 1
-            ),
-        }
-        for kind, heads in kinds.items()
-        if len(range(H)[heads])
-    ]
-    return pd.DataFrame(rows).set_index("heads")
 
 
 def _naive_masked(q, k, v, mask):
@@ -147,11 +137,11 @@ def _masked_candidates(q, k, v, mask, check, flops: float) -> list[Candidate]:
         for b in SDPA_BACKENDS
     ]
     naive = partial(_naive_masked, q, k, v, mask)
-    return candidates + [Candidate(bench.NAIVE, naive, check, flops=flops)]
+    return candidates + [Candidate(NAIVE, naive, check, flops=flops)]
 
 
 def time_temporal_heads(
-    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
 ) -> list[rec.Record]:
     """Forward of the per-head spatial/temporal mask at the pattern sections' shape: compiled
     flex (per-head BlockMask), every SDPA backend with the (1, H, S, S) bool mask, and naive;
@@ -182,15 +172,17 @@ def time_temporal_heads(
     ]
     candidates += _masked_candidates(q, k, v, mask[None].to(q.device), check, pairs)
     this = Case(
-        bench.TOPIC, "temporal_heads", {**shape.as_dict(), **layout.as_dict()}, shape.dtype,
+        TOPIC, "temporal_heads", {**shape.as_dict(), **layout.as_dict()}, shape.dtype,
         bench.FORWARD,
     )  # fmt: skip
-    out = compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case))
+    out = check_then_time(
+        this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case)
+    )
     return bench.with_metrics(bench.vs_best_sdpa(out), section="temporal_heads")
 
 
 def time_activations(
-    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
 ) -> list[rec.Record]:
     """Causal attention with each of cfg.activations instead of softmax: compiled flex (log-space
     score_mod, lse undone) and the naive materialised form, checked against the fp64 reference;
@@ -215,11 +207,11 @@ def time_activations(
                 activation.flex_activation, q, k, v, activation=name, block_size=block_size
             ),
             NAIVE_ACTIVATION: partial(activation.activation_naive, q, k, v, activation=name),
-            **{b: partial(bench.raise_unsupported, no_sdpa) for b in SDPA_BACKENDS},
+            **{b: partial(raise_unsupported, no_sdpa) for b in SDPA_BACKENDS},
         }
         candidates = [Candidate(i, call, check, flops=needed) for i, call in calls.items()]
-        this = Case(bench.TOPIC, f"activation_{name}", shape.as_dict(), shape.dtype, bench.FORWARD)
-        records = compare(
+        this = Case(TOPIC, f"activation_{name}", shape.as_dict(), shape.dtype, bench.FORWARD)
+        records = check_then_time(
             this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case)
         )
         ran = any(r.implementation == NAIVE_ACTIVATION and r.status == "ok" for r in records)
@@ -228,7 +220,7 @@ def time_activations(
 
 
 def time_jetspec(
-    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
 ) -> list[rec.Record]:
     """Forward of JetSpec's draft tree and draft training masks: attn_jetspec_q_len draft
     queries over attn_seq_len keys (the context, then the drafts), at the pattern sections' B,
@@ -261,17 +253,19 @@ def time_jetspec(
             ),
         }
         flex = partial(flex_rectangular, q, k, v, config, block_size=block_size)
-        candidates = [Candidate(bench.FLEX, flex, check, flops=pairs, metrics=tiles)]
+        candidates = [Candidate(FLEX, flex, check, flops=pairs, metrics=tiles)]
         candidates += _masked_candidates(q, k, v, mask, check, pairs)
-        this = Case(bench.TOPIC, name, sizes, shape.dtype, bench.FORWARD)
+        this = Case(TOPIC, name, sizes, shape.dtype, bench.FORWARD)
         out += bench.vs_best_sdpa(
-            compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, name))
+            check_then_time(
+                this, candidates, facts=facts, **bench.timing_options(cfg, progress, name)
+            )
         )
     return bench.with_metrics(out, section="jetspec", q_len=Lq, kv_len=Lk)
 
 
 def time_vsa(
-    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
 ) -> list[rec.Record]:
     """Forward of video sparse attention at the pattern sections' shape, tiles of `block_size`
     tokens, each query tile keeping k = vsa.kept_tiles(S, block_size, attn_vsa_keep) key tiles:
@@ -297,14 +291,16 @@ def time_vsa(
     calls = {
         FLEX_VSA: partial(vsa.flex_vsa, q, k, v, **choice),
         **{b: partial(vsa.sdpa_vsa, q, k, v, **choice, backend=b) for b in SDPA_BACKENDS},
-        bench.NAIVE: partial(vsa.naive_vsa, q, k, v, **choice),
+        NAIVE: partial(vsa.naive_vsa, q, k, v, **choice),
     }
     candidates = [
         Candidate(name, call, check, flops=pairs, metrics=metrics if name == FLEX_VSA else {})
         for name, call in calls.items()
     ]
-    this = Case(bench.TOPIC, "vsa", {**shape.as_dict(), **choice}, shape.dtype, bench.FORWARD)
-    out = compare(this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case))
+    this = Case(TOPIC, "vsa", {**shape.as_dict(), **choice}, shape.dtype, bench.FORWARD)
+    out = check_then_time(
+        this, candidates, facts=facts, **bench.timing_options(cfg, progress, this.case)
+    )
     return bench.with_metrics(bench.vs_best_sdpa(out), section="vsa")
 
 
@@ -319,7 +315,7 @@ assert tuple(SECTIONS) == GYM_KERNELS, "a gym kernel without its section"
 
 
 def gym_kernels(
-    cfg: AttentionConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
+    cfg: AttentionBenchConfig, *, facts: DeviceFacts, block_size: int, progress: bool = False
 ) -> list[rec.Record]:
     """The sections of cfg.gym_kernels, in that order."""
     out = []

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from kernel_lib.attention.activation import ACTIVATIONS
 from kernel_lib.attention.flex import FlexVariant, valid_block_size
+from kernel_lib.attention.memory import case_bytes, decode_bytes, mla_bytes, tiles
+from kernel_lib.attention.mla import MLAShape
 from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS, SPEC_PATTERNS, PatternConfig
-from kernel_lib.attention.reference import CHUNK_BYTES, FULL_CHECK_MAX_SEQ_LEN
 from kernel_lib.attention.shapes import AttentionShape
 from kernel_lib.config import (
     from_params,
@@ -30,15 +31,13 @@ DTYPES = ("float32", "bfloat16", "float16")
 PREFIX = "attn_"  # of the notebook parameters, named in every error
 # attention-gym families with their own flex call (not registry patterns): bench_gym.py
 GYM_KERNELS = ("mla", "temporal_heads", "activation", "jetspec", "vsa")
-
-
-def _tiles(length: int, block: int) -> int:
-    """`length` rounded up to whole tiles of `block`."""
-    return -(-length // block) * block
+# list parameters kept as tuples (frozen, hashable)
+TUPLES = ("causal_dtypes", "patterns", "windows", "seq_lens", "block_sizes", "gym_patterns")
+TUPLES += ("decode_kv_lens",)
 
 
 @dataclass(frozen=True)
-class AttentionConfig:
+class AttentionBenchConfig:
     """What the FlexAttention notebook measures: one shape, the patterns, two sweeps."""
 
     PARAM_PREFIX = PREFIX  # of the notebook's parameter names (not a field)
@@ -56,7 +55,8 @@ class AttentionConfig:
     patterns: tuple[str, ...] = param(
         tuple(p for p in PATTERNS if p not in GYM_PATTERNS + SPEC_PATTERNS),
         "patterns checked and timed, in order; a non-empty list of registered names "
-        "(default: all but the attention-gym families of gym_patterns and gym_kernels' jetspec)",
+        f"(default: all but the attention-gym families of {PREFIX}gym_patterns and "
+        f"{PREFIX}gym_kernels' jetspec)",
     )
     window: int = param(
         128, f"band half-width of the window patterns (tokens); 0 < window <= {PREFIX}seq_len"
@@ -104,22 +104,26 @@ class AttentionConfig:
         f"sparsity is counted for all); a list of names among {', '.join(GYM_PATTERNS)}",
     )
     decode_heads: int = param(
-        32, "Hq, query heads of the decode cases; a multiple of decode_kv_heads"
+        32, f"Hq, query heads of the decode cases; a multiple of {PREFIX}decode_kv_heads"
     )
     decode_kv_heads: int = param(8, "Hkv, key/value heads of GQA decode (MQA: 1); an int > 0")
     decode_head_dim: int = param(128, "D of the decode cases; an int > 0")
     decode_kv_len: int = param(8192, "KV-cache length of the decode cases (tokens); an int > 0")
     decode_q_len: int = param(
-        4, "query positions of the multi-token decode case; 0 < q_len <= decode_kv_len"
+        4, f"query positions of the multi-token decode case; 0 < q_len <= {PREFIX}decode_kv_len"
     )
     decode_dtype: str = param("bfloat16", f"dtype of the decode cases; one of {', '.join(DTYPES)}")
     decode_kv_lens: tuple[int, ...] = param(
         (1024, 2048, 4096, 8192),
         "KV-length sweep of one-token GQA decode (one flex compile each); a list of ints > 0",
     )
-    cross_q_len: int = param(200, "cross-attention: query tokens (keys: cross_kv_len); an int > 0")
+    cross_q_len: int = param(
+        200, f"cross-attention: query tokens (keys: {PREFIX}cross_kv_len); an int > 0"
+    )
     cross_kv_len: int = param(
-        1000, "cross-attention: key tokens, split into num_docs documents; an int >= num_docs"
+        1000,
+        f"cross-attention: key tokens, split into {PREFIX}num_docs documents; an int >= "
+        f"{PREFIX}num_docs",
     )
     page_size: int = param(
         128, "paged KV: tokens per page (and flex's key tile); a power of two >= 16"
@@ -156,7 +160,7 @@ class AttentionConfig:
     )
     vsa_keep: float = param(
         0.125,
-        "VSA: share of key tiles each query tile keeps (k = ceil(keep x tiles), at least 1; "
+        "VSA: share of key tiles each query tile keeps (ceil(keep x tiles), at least 1; "
         "1/8 is the paper's 87.5 % sparsity); 0 < keep <= 1",
     )
     activations: tuple[str, ...] = param(
@@ -168,10 +172,22 @@ class AttentionConfig:
         10, f"interleaved timing rounds per case (after one warm-up); an int >= {MIN_ROUNDS}"
     )
     min_time_s: float = param(
-        0.1, "timed seconds per implementation and case, over all rounds; a finite number > 0"
+        0.1, "timed seconds per candidate and case, over all rounds; a finite number > 0"
     )
 
     def __post_init__(self):
+        for name in TUPLES:
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        self._check_sizes()
+        self._check_patterns()
+        self._check_decode()
+        self._check_gym()
+        for name in ("upcast", "cold_compile"):
+            value = getattr(self, name)
+            require(isinstance(value, bool), PREFIX + name, value, "True or False")
+
+    def _check_sizes(self):
+        """The pattern sections' shape, the pattern numbers, timing and dtypes."""
         p = PREFIX
         for name in (
             "batch",
@@ -197,13 +213,12 @@ class AttentionConfig:
             f">= {MIN_ROUNDS} (interleaved rounds: the fewest that give a ratio its 95 % interval)",
         )
         parse_dtype(self.dtype, param=p + "dtype", allowed=DTYPES)
-        object.__setattr__(self, "causal_dtypes", tuple(self.causal_dtypes))
         for dtype in self.causal_dtypes:
             parse_dtype(dtype, param=p + "causal_dtypes", allowed=DTYPES)
-        object.__setattr__(self, "patterns", tuple(self.patterns))
-        object.__setattr__(self, "windows", tuple(self.windows))
-        object.__setattr__(self, "seq_lens", tuple(self.seq_lens))
-        object.__setattr__(self, "block_sizes", tuple(self.block_sizes))
+
+    def _check_patterns(self):
+        """The patterns, the window and its sweep, the sequence sweep and the flex tiles."""
+        p = PREFIX
         require(len(self.patterns) > 0, p + "patterns", self.patterns, "a non-empty list")
         for name in self.patterns:
             parse_choice(name, PATTERNS, param=p + "patterns")
@@ -232,6 +247,10 @@ class AttentionConfig:
             self.block_sizes,
             "powers of two >= 16",
         )
+
+    def _check_decode(self):
+        """The decode, cross-attention and paged cases."""
+        p = PREFIX
         for name in (
             "decode_heads",
             "decode_kv_heads",
@@ -261,10 +280,6 @@ class AttentionConfig:
             f">= {p}num_docs={self.num_docs}",
         )
         parse_dtype(self.decode_dtype, param=p + "decode_dtype", allowed=DTYPES)
-        object.__setattr__(self, "gym_patterns", tuple(self.gym_patterns))
-        object.__setattr__(self, "decode_kv_lens", tuple(self.decode_kv_lens))
-        for name in self.gym_patterns:
-            parse_choice(name, GYM_PATTERNS, param=p + "gym_patterns")
         positive_list(self.decode_kv_lens, p + "decode_kv_lens")
         require(
             valid_block_size(self.page_size),
@@ -272,6 +287,12 @@ class AttentionConfig:
             self.page_size,
             "a power of two >= 16",
         )
+
+    def _check_gym(self):
+        """The attention-gym patterns and kernels, and the numbers of each kernel."""
+        p = PREFIX
+        for name in self.gym_patterns:
+            parse_choice(name, GYM_PATTERNS, param=p + "gym_patterns")
         # Empty, these would leave section 11 (or its activation part) nothing to run. Empty
         # causal_dtypes and gym_patterns are fine: their sections' other cases still run.
         for name, choices in (("gym_kernels", GYM_KERNELS), ("activations", ACTIVATIONS)):
@@ -304,27 +325,24 @@ class AttentionConfig:
         )
         positive(self.vsa_keep, p + "vsa_keep")
         require(self.vsa_keep <= 1, p + "vsa_keep", self.vsa_keep, "0 < keep <= 1")
-        for name in ("upcast", "cold_compile"):
-            value = getattr(self, name)
-            require(isinstance(value, bool), p + name, value, "True or False")
 
     @classmethod
-    def from_params(cls, params: dict) -> AttentionConfig:
+    def from_params(cls, params: dict) -> AttentionBenchConfig:
         """The config of a notebook's attn_* parameters (missing ones keep their defaults)."""
         return from_params(cls, params, prefix=cls.PARAM_PREFIX)
 
     def memory_needs(self) -> dict[str, float]:
-        """Notebook parameter -> estimated peak bytes of the largest case it sets the size of:
-        the pattern sections at attn_seq_len (with the backward case), the window sweep at
-        attn_windows_seq_len, the sequence sweep at attn_seq_lens, each tile's BlockMasks, the
-        decode, paged and cross-attention cases and MLA."""
+        """Notebook parameter -> estimated peak bytes of the largest case it sets the size of
+        (memory.py): the pattern sections at attn_seq_len (with the backward case), the window
+        sweep at attn_windows_seq_len, the sequence sweep at attn_seq_lens, each tile's
+        BlockMasks, the decode, paged and cross-attention cases and MLA."""
         sizes = ("batch", "heads", "head_dim", "dtype")
-        cases = [(self._case_bytes(self.seq_len, backward=True), ("seq_len", *sizes))]
-        cases += [(self._case_bytes(self.windows_seq_len), ("windows_seq_len", *sizes))]
-        cases += [(self._case_bytes(s), ("seq_lens", *sizes)) for s in self.seq_lens]
+        cases = [(case_bytes(self.shape(), backward=True), ("seq_len", *sizes))]
+        cases += [(case_bytes(self.shape(self.windows_seq_len)), ("windows_seq_len", *sizes))]
+        cases += [(case_bytes(self.shape(s)), ("seq_lens", *sizes)) for s in self.seq_lens]
         cases += [  # create_block_mask pads the bool mask to whole tiles (per head: temporal)
             (
-                self.heads * _tiles(self.seq_len, b) ** 2 + _tiles(self.windows_seq_len, b) ** 2,
+                self.heads * tiles(self.seq_len, b) ** 2 + tiles(self.windows_seq_len, b) ** 2,
                 ("block_sizes", "heads", "seq_len", "windows_seq_len"),
             )
             for b in self.block_sizes
@@ -349,56 +367,43 @@ class AttentionConfig:
         ))  # fmt: skip
         if "vsa" in self.gym_kernels:  # its SDPA mask: a (B, H, S, S) bool from the data
             B, H, S = self.batch, self.heads, self.seq_len
-            cases.append((self._case_bytes(S) + B * H * S * S, ("batch", "heads", "seq_len")))
+            cases.append((case_bytes(self.shape()) + B * H * S * S, ("batch", "heads", "seq_len")))
         if "mla" in self.gym_kernels:
             mla = ("mla_kv_lora_rank", "mla_nope_dim", "mla_rope_dim", "mla_v_dim")
-            cases.append((self._mla_bytes(), (*mla, "batch", "heads", "seq_len", "dtype")))
+            cases.append(
+                (mla_bytes(self.mla_shape()), (*mla, "batch", "heads", "seq_len", "dtype"))
+            )
         return largest_needs(cases, PREFIX)
 
-    def _case_bytes(self, seq_len: int, *, backward: bool = False) -> int:
-        """One case's inputs and its fp64 reference. The reference never holds the whole
-        (B, H, S, S) score matrix: it works in row chunks of about CHUNK_BYTES (reference.py)."""
-        B, H, S, D = self.batch, self.heads, seq_len, self.head_dim
-        item = parse_dtype(self.dtype).itemsize
-        # q, k, v, out (backward: also grad_out, dq, dk, dv), each again in fp64 for the reference
-        tensors = (8 if backward else 4) * B * H * S * D * (item + 8)
-        row = 8 * B * H * S  # fp64 scores of one query row, every batch and head
-        rows = S if backward or S <= FULL_CHECK_MAX_SEQ_LEN else 256  # else: a row sample
-        scores = 3 * min(rows, max(1, CHUNK_BYTES // row)) * row  # scores, probs, masked copy
-        masks = 2 * S * S  # the dense (S, S) bool mask and SDPA's copy of it
-        if backward:  # pattern sections: SDPA's additive (1, H, S, S) bias, twice, and offsets
-            masks += 2 * H * S * S * item + 8 * S * S
-        return tensors + scores + masks
-
     def _decode_bytes(self, q_len: int, kv_len: int, *, paged: bool = False) -> int:
-        """One decode or cross-attention case (bench_decode.py, B = 1): q (Hq, Lq, D) and k, v
-        (Hkv, Lk, D) drawn in fp32 then cast; the fp64 reference's q, output, and k, v repeated
-        to Hq heads, its (Hq, Lq, Lk) scores three times; the bool mask, and again padded to
-        attn_page_size tiles. `paged`: the page pool and its padded staging copy, k and v."""
-        H, D, P = self.decode_heads, self.decode_head_dim, self.page_size
-        item = parse_dtype(self.decode_dtype).itemsize
-        q, kv = H * q_len * D, self.decode_kv_heads * kv_len * D
-        tensors = (q + 2 * kv) * (4 + item) + 2 * H * kv_len * D * (item + 8) + q * (8 + 8 + item)
-        masks = q_len * kv_len + _tiles(q_len, P) * _tiles(kv_len, P)
-        pages = 2 * self.decode_kv_heads * D * item * (2 * _tiles(kv_len, P) + 3 * P)
-        return tensors + 3 * 8 * H * q_len * kv_len + masks + (pages if paged else 0)
-
-    def _mla_bytes(self) -> int:
-        """MLA (bench_gym.py): inputs drawn in fp32 then cast, and in fp64 for the reference;
-        the expanded per-head q, k, v, again in fp64; the reference's scores (rows as in
-        _case_bytes)."""
-        B, H, S = self.batch, self.heads, self.seq_len
-        C, Dn, R, Dv = self.mla_kv_lora_rank, self.mla_nope_dim, self.mla_rope_dim, self.mla_v_dim
-        item = parse_dtype(self.dtype).itemsize
-        inputs = B * (H * S * (Dn + R) + S * (C + R)) + C * H * (Dn + Dv)
-        expanded = B * H * S * (2 * (Dn + R) + Dv)
-        rows = S if S <= FULL_CHECK_MAX_SEQ_LEN else 256
-        return inputs * (4 + item + 8) + expanded * (item + 8) + 3 * 8 * B * H * rows * S
+        return decode_bytes(
+            heads=self.decode_heads,
+            kv_heads=self.decode_kv_heads,
+            head_dim=self.decode_head_dim,
+            dtype=self.decode_dtype,
+            q_len=q_len,
+            kv_len=kv_len,
+            page_size=self.page_size,
+            paged=paged,
+        )
 
     def shape(self, seq_len: int | None = None) -> AttentionShape:
         """The (B, H, S, D) problem, at `seq_len` instead of S for the sequence sweep."""
         return AttentionShape(
             self.batch, self.heads, seq_len or self.seq_len, self.head_dim, self.dtype
+        )
+
+    def mla_shape(self) -> MLAShape:
+        """The MLA problem of the pattern sections' B, H, S and dtype with the attn_mla_* dims."""
+        return MLAShape(
+            self.batch,
+            self.heads,
+            self.seq_len,
+            self.mla_kv_lora_rank,
+            self.mla_nope_dim,
+            self.mla_rope_dim,
+            self.mla_v_dim,
+            self.dtype,
         )
 
     def pattern(self, name: str, **overrides) -> PatternConfig:

@@ -1,11 +1,20 @@
-"""Compact tables of attention records for the notebook (rounded; empty columns dropped)."""
+"""What the attention notebook shows as tables: compact tables of its records (rounded; empty
+columns dropped), and each pattern's density and the tiles flex can skip."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from kernel_lib.attention.patterns import PatternConfig
-from kernel_lib.attention.reference import dense_block_sparsity, dense_mask
+from kernel_lib.attention import temporal_heads
+from kernel_lib.attention.bench_gym import video_layout
+from kernel_lib.attention.config import AttentionBenchConfig
+from kernel_lib.attention.patterns import GYM_PATTERNS, PatternConfig
+from kernel_lib.attention.reference import (
+    dense_block_sparsity,
+    dense_mask,
+    mask_block_sparsity,
+    temporal_heads_mask,
+)
 from kernel_lib.records import Record, to_frame
 
 COLUMNS = {
@@ -52,3 +61,38 @@ def pattern_table(configs: list[PatternConfig], *, seq_len: int, block_size: int
         "density_%": [round(100 * float(dense_mask(c, seq_len).float().mean())) for c in configs],
         "block_sparsity_%": [round(dense_block_sparsity(c, seq_len, block_size)) for c in configs],
     })  # fmt: skip
+
+
+def gym_block_sparsity(cfg: AttentionBenchConfig, *, block_size: int) -> pd.DataFrame:
+    """Percent of (query, key) tiles of `block_size` with no attended pair, from each gym
+    pattern's dense reference mask at attn_seq_len (no compile)."""
+    rows = [
+        {
+            "pattern": name,
+            "block_sparsity_%": round(
+                dense_block_sparsity(cfg.pattern(name), cfg.seq_len, block_size), 1
+            ),
+        }
+        for name in GYM_PATTERNS
+    ]
+    return pd.DataFrame(rows).set_index("pattern")
+
+
+def temporal_heads_sparsity(cfg: AttentionBenchConfig, *, block_size: int) -> pd.DataFrame:
+    """Percent of (query block, key block) tiles skipped per head kind and over all heads: from
+    the dense reference (`reference_%`) and from flex's per-head BlockMask (`flex_%`)."""
+    layout, H = video_layout(cfg), cfg.heads
+    dense = temporal_heads_mask(layout, H)
+    kinds = {"spatial heads": slice(0, H, 2), "temporal heads": slice(1, H, 2), "all": slice(None)}
+    rows = [
+        {
+            "heads": kind,
+            "reference_%": round(mask_block_sparsity(dense[heads], block_size), 1),
+            "flex_%": round(
+                temporal_heads.block_sparsity(layout, H, block_size=block_size, heads=heads), 1
+            ),
+        }
+        for kind, heads in kinds.items()
+        if len(range(H)[heads])
+    ]
+    return pd.DataFrame(rows).set_index("heads")

@@ -1,19 +1,19 @@
 """Device characterisation shared by the backend notebooks: facts, capability probes, roofline,
 costs, one small module per backend for what differs (nvidia, amd, xla, xpu), and each notebook's
-plan (kernel_lib.backends.plan)."""
+suite (kernel_lib.backends.suite)."""
 
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.costs import launch_latency, mlp_modes, small_mlp, transfer
-from kernel_lib.backends.plan import PLANS, Setup, context, setup
 from kernel_lib.backends.probes import probe, probe_table
 from kernel_lib.backends.roofline import bandwidth, gemm_check, gemm_sweep, with_ceilings
+from kernel_lib.backends.suite import SUITES, Setup, context, setup
 from kernel_lib.backends.target import Target, facts_record, facts_table, find_target
 
 __all__ = [
     # configuration, and which device
-    "BackendConfig", "Target", "find_target", "facts_record", "facts_table",
-    # each notebook's plan and its context (kernel_lib.backends.plan)
-    "PLANS", "Setup", "context", "setup",
+    "BackendBenchConfig", "Target", "find_target", "facts_record", "facts_table",
+    # each notebook's suite and its context (kernel_lib.backends.suite)
+    "SUITES", "Setup", "context", "setup",
     # capability probes
     "probe", "probe_table",
     # roofline

@@ -19,7 +19,7 @@ import torch
 
 from kernel_lib import ROOT, allocator, checks
 from kernel_lib.backends import tolerances
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.roofline import gemm_check
 from kernel_lib.backends.target import TOPIC, Target
 from kernel_lib.checks import Check
@@ -114,7 +114,7 @@ def _record(target: Target, case: str, name: str, rounds: list[dict], ident: dic
     )
 
 
-def allocator_effect(target: Target, cfg: BackendConfig) -> list[Record]:
+def allocator_effect(target: Target, cfg: BackendBenchConfig) -> list[Record]:
     """Per case and allocator of cfg.allocators one record (skipped where its library is not
     installed, failed where its process failed, wrong where a check failed), each ok one with
     its ratio against `system` (> 1: faster than glibc's malloc as it comes)."""

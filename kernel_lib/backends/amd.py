@@ -9,11 +9,11 @@ import pandas as pd
 import torch
 
 from kernel_lib.backends import tolerances
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.roofline import gemm_check, gemm_operands
 from kernel_lib.backends.target import TOPIC, Target
 from kernel_lib.checks import Unsupported
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.records import Record
 
 # torch's names for the BLAS libraries on ROCm: "cublas" selects rocBLAS, "cublaslt" hipBLASLt.
@@ -49,7 +49,9 @@ def mm_through(library: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a @ b
 
 
-def blas_libraries(target: Target, cfg: BackendConfig, *, dtype: str = "bfloat16") -> list[Record]:
+def blas_libraries(
+    target: Target, cfg: BackendBenchConfig, *, dtype: str = "bfloat16"
+) -> list[Record]:
     """The same n^3 GEMM (n = blas_size) through rocBLAS (baseline) and hipBLASLt, interleaved,
     each output checked against float64; a library torch will not select here is recorded
     skipped with what torch kept instead."""
@@ -80,7 +82,7 @@ def blas_libraries(target: Target, cfg: BackendConfig, *, dtype: str = "bfloat16
                 flops=2.0 * n**3,
             )
         )
-    return compare(
+    return check_then_time(
         case, candidates, facts=target.facts, baseline="rocblas", min_time_s=cfg.min_time_s
     )
 

@@ -1,5 +1,5 @@
 """The backend notebooks' parameters as one frozen, validated object (no prefix: `gemm_sizes` in
-the notebook and parameters/*.yaml is `BackendConfig.gemm_sizes`)."""
+the notebook and parameters/*.yaml is `BackendBenchConfig.gemm_sizes`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _positive_ints(values, param: str) -> None:
 
 
 @dataclass(frozen=True)
-class BackendConfig:
+class BackendBenchConfig:
     PARAM_PREFIX = ""  # the notebooks' parameter names are the fields' (not a field)
 
     gemm_sizes: tuple = param(
@@ -52,7 +52,9 @@ class BackendConfig:
     probe_compile: bool = param(
         True, "probe torch.compile and flex_attention (each compiles once); True or False"
     )
-    min_time_s: float = param(0.2, "timed seconds per candidate; a finite number > 0")
+    min_time_s: float = param(
+        0.2, "timed seconds per candidate and case, over all rounds; a finite number > 0"
+    )
     allocators: tuple = param(
         ("system", "system_kept", "jemalloc", "tcmalloc"),
         f"CPU: host allocators compared (system is the baseline); a list holding system, of "
@@ -151,6 +153,6 @@ class BackendConfig:
         return largest_needs(cases, "")
 
     @classmethod
-    def from_params(cls, params: dict) -> BackendConfig:
+    def from_params(cls, params: dict) -> BackendBenchConfig:
         """The config from a notebook's globals() or a parameter dict (missing names: defaults)."""
         return from_params(cls, params, prefix=cls.PARAM_PREFIX)

@@ -10,13 +10,13 @@ import torch
 
 from kernel_lib import checks
 from kernel_lib.backends import memory, tolerances
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.probes import compile_backend
 from kernel_lib.backends.roofline import sampled_exact
 from kernel_lib.backends.target import TOPIC, Target, is_lazy
 from kernel_lib.checks import Unsupported
 from kernel_lib.config import DTYPES
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.records import Record
 from kernel_lib.timing import synchronize
 
@@ -51,7 +51,7 @@ def _per_launch(records: list[Record], launches: int) -> list[Record]:
     ]
 
 
-def launch_latency(target: Target, cfg: BackendConfig) -> list[Record]:
+def launch_latency(target: Target, cfg: BackendBenchConfig) -> list[Record]:
     """Per-op launch cost (LAUNCHES dependent one-element adds, one sync; us_per_launch in
     metrics) and the round trip of one add plus a device synchronize; both results checked."""
     if not target.present:
@@ -80,7 +80,7 @@ def launch_latency(target: Target, cfg: BackendConfig) -> list[Record]:
         )
         candidate = Candidate("add_one_element", lambda n=launches, run=run: run(x, n), check)
         records += _per_launch(
-            compare(
+            check_then_time(
                 Case(TOPIC, case, shape, dtype="float32"),
                 [candidate],
                 facts=target.facts,
@@ -143,7 +143,7 @@ def _transfer_candidates(target: Target, n: int, kind: str, dev_src, dev_dst) ->
     }
 
 
-def transfer(target: Target, cfg: BackendConfig, *, progress: bool = False) -> list[Record]:
+def transfer(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> list[Record]:
     """Host->device and device->host copies into preallocated buffers, pageable (the baseline)
     and pinned interleaved per size and direction. Bytes = the buffer size (each byte crosses
     the link once)."""
@@ -180,7 +180,7 @@ def transfer(target: Target, cfg: BackendConfig, *, progress: bool = False) -> l
             continue
         for direction in DIRECTIONS:
             case = Case(TOPIC, direction, shape, dtype="uint8")
-            records += compare(
+            records += check_then_time(
                 case,
                 [per_kind[k][direction] for k in ("pageable", "pinned")],
                 facts=target.facts,
@@ -250,7 +250,7 @@ def _cold_compiled_call(mlp: torch.nn.Module, x: torch.Tensor, backend: str) -> 
         return torch.compile(mlp, backend=backend)(x)
 
 
-def mlp_modes(target: Target, cfg: BackendConfig) -> list[Record]:
+def mlp_modes(target: Target, cfg: BackendBenchConfig) -> list[Record]:
     """The same MLP forward eager (the baseline), torch.compile'd and replayed from a CUDA graph,
     interleaved (ratio_vs_baseline against eager), then the compiled MLP's cold first call
     (case 'first_call'); every output checked against the float64 MLP."""
@@ -284,7 +284,7 @@ def mlp_modes(target: Target, cfg: BackendConfig) -> list[Record]:
                     shape=shape,
                 )
             )
-        records = compare(
+        records = check_then_time(
             Case(TOPIC, "mlp", shape, dtype=dtype),
             candidates,
             facts=target.facts,
@@ -302,7 +302,7 @@ def mlp_modes(target: Target, cfg: BackendConfig) -> list[Record]:
             check,
             metrics={"note": "fresh torch.compile + first call per timed call"},
         )
-        records += compare(
+        records += check_then_time(
             first, [cold], facts=target.facts, rounds=FIRST_CALL_ROUNDS, warmup=0, min_time_s=0.0
         )
     return records

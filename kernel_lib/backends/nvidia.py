@@ -8,11 +8,11 @@ from functools import partial
 import torch
 
 from kernel_lib.backends import tolerances
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.roofline import gemm_check, gemm_operands
 from kernel_lib.backends.target import TOPIC, Target
 from kernel_lib.checks import Unsupported
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.records import Record
 
 # Compute capability (major, minor) -> tensor-core generation, from NVIDIA's architecture papers.
@@ -78,7 +78,7 @@ def mm_at(mode: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a @ b
 
 
-def tf32_effect(target: Target, cfg: BackendConfig) -> list[Record]:
+def tf32_effect(target: Target, cfg: BackendBenchConfig) -> list[Record]:
     """An n^3 fp32 GEMM (n = tf32_size) with TF32 off ('ieee', the baseline) and on ('tf32'),
     interleaved; each output checked against float64 (TF32 with its own, looser bound: the check's
     rel_error is what TF32 costs)."""
@@ -98,6 +98,6 @@ def tf32_effect(target: Target, cfg: BackendConfig) -> list[Record]:
         Candidate(mode, partial(mm_at, mode, a, b), gemm_check(a, b, bound), flops=2.0 * n**3)
         for mode, bound in bounds.items()
     ]
-    return compare(
+    return check_then_time(
         case, candidates, facts=target.facts, baseline="ieee", min_time_s=cfg.min_time_s
     )

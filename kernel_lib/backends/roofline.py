@@ -10,11 +10,11 @@ import torch
 
 from kernel_lib import checks
 from kernel_lib.backends import memory, tolerances
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.target import TOPIC, Target, is_lazy
 from kernel_lib.checks import Check, Unsupported
 from kernel_lib.config import DTYPES
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.platform import DeviceFacts, datasheet_for
 from kernel_lib.records import Record, with_datasheet, with_peak
 
@@ -71,7 +71,7 @@ def sampled_exact(ref: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torc
         idx = spread(out.numel(), CHECK_ELEMENTS)
         got = out.reshape(-1).index_select(0, idx.to(out.device))
         label = f"exact, {len(idx)} of {out.numel()} elements"
-        return checks.compare(got, ref(idx), reference=label, tolerance=tolerances.EXACT)
+        return checks.check_output(got, ref(idx), reference=label, tolerance=tolerances.EXACT)
 
     return check
 
@@ -105,7 +105,7 @@ def _gemm_candidate(target: Target, n: int, dtype: str) -> Candidate | Record:
     )
 
 
-def gemm_sweep(target: Target, cfg: BackendConfig, *, progress: bool = False) -> list[Record]:
+def gemm_sweep(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> list[Record]:
     """Square `torch.mm(a, b, out=c)` per n, all swept dtypes interleaved at each n: FLOPs 2n^3,
     bytes 3n^2 elements (each operand moved once). With float32 swept, the other dtypes get
     ratio_vs_baseline against it. A size that does not fit is skipped; the sweep goes on."""
@@ -117,7 +117,7 @@ def gemm_sweep(target: Target, cfg: BackendConfig, *, progress: bool = False) ->
     for n in cfg.gemm_sizes:
         case = Case(TOPIC, "gemm", {"M": n, "N": n, "K": n})
         candidates = [_gemm_candidate(target, n, d) for d in dtypes]
-        records += compare(
+        records += check_then_time(
             case,
             candidates,
             facts=target.facts,
@@ -135,7 +135,7 @@ def _vectors(n: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return x, y, torch.empty(n, device=device)
 
 
-def bandwidth(target: Target, cfg: BackendConfig, *, progress: bool = False) -> list[Record]:
+def bandwidth(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> list[Record]:
     """fp32 copy (2 N elements moved) and triad x + 2 y (3 N), into preallocated outputs so
     allocation and page faults are not timed; both checked bit-exact (copies and one IEEE add)."""
     if not target.present:
@@ -172,7 +172,7 @@ def bandwidth(target: Target, cfg: BackendConfig, *, progress: bool = False) -> 
                 Candidate("torch_add", triad_fn, sampled_exact(twice_plus), bytes=12.0 * n),
             ),
         ):
-            records += compare(
+            records += check_then_time(
                 case,
                 [candidate],
                 facts=target.facts,

@@ -1,6 +1,6 @@
 """The five backend notebooks' common sections, one call each of (target, cfg): device facts,
-capability probes, roofline, costs and MLP modes (kernel_lib.backends.plan declares them, and each
-backend's own, in the notebooks' order). Each returns a `plan.Table`: the table the notebook shows
+capability probes, roofline, costs and MLP modes (kernel_lib.backends.suite declares them, and each
+backend's own, in the notebooks' order). Each returns a `suite.Table`: the table the notebook shows
 and its records, headlines declared in the section that makes them; `check_table` is what nbval
 compares (PASS/FAIL only)."""
 
@@ -11,11 +11,11 @@ from collections.abc import Callable
 import pandas as pd
 
 from kernel_lib.backends import amd, costs, nvidia, probes, roofline, xla, xpu
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.target import Target, cpu_facts, facts_record, facts_table
-from kernel_lib.plan import HasRecords, Table
 from kernel_lib.records import Record, as_headline, summary_table, to_frame, to_frame_with_verdict
 from kernel_lib.report.findings import headlines
+from kernel_lib.suite import HasRecords, Table
 
 # The headlines every backend notebook declares (records.as_headline), never the largest number,
 # each by the section that makes its record:
@@ -77,13 +77,13 @@ def facts(target: Target) -> Table:
     return Table(facts_table(record).to_frame(), [record])
 
 
-def capabilities(target: Target, cfg: BackendConfig) -> Table:
+def capabilities(target: Target, cfg: BackendBenchConfig) -> Table:
     """Section 2: every capability probe and its yes/no/detail table."""
     records = probes.probe(target, compile=cfg.probe_compile)
     return Table(probes.probe_table(records), records)
 
 
-def roof(target: Target, cfg: BackendConfig, *, progress: bool = False) -> Table:
+def roof(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> Table:
     """Section 3: the GEMM sweep and copy/triad bandwidth, with their measured and datasheet
     ceilings; the headline BF16_GEMM is the bf16 GEMM against fp32 at the largest swept n
     (whatever its status), where both dtypes are swept."""
@@ -100,13 +100,13 @@ def roof(target: Target, cfg: BackendConfig, *, progress: bool = False) -> Table
     return show(records)
 
 
-def overheads(target: Target, cfg: BackendConfig, *, progress: bool = False) -> Table:
+def overheads(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> Table:
     """Section 4a: launch and sync latency, host<->device transfers."""
     records = costs.launch_latency(target, cfg)
     return show(records + costs.transfer(target, cfg, progress=progress))
 
 
-def mlp(target: Target, cfg: BackendConfig) -> Table:
+def mlp(target: Target, cfg: BackendBenchConfig) -> Table:
     """Section 4b: the small MLP eager vs compiled vs CUDA graph, and the cold first call; the
     headline COMPILED_MLP is the compiled MLP against eager."""
     records = _declared(

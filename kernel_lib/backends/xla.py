@@ -18,11 +18,11 @@ import torch
 
 from kernel_lib import checks
 from kernel_lib.backends import tolerances
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.costs import mlp_check, mlp_input, small_mlp
 from kernel_lib.backends.roofline import gemm_check, gemm_operands
 from kernel_lib.backends.target import TOPIC, Target
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.records import Record
 
 PRECISIONS = ("default", "high", "highest")  # torch_xla.backends.set_mat_mul_precision values
@@ -78,7 +78,7 @@ def _compile_ms() -> float | None:
     return statistics.median(v / 1e6 for _, v in data[2]) if data else None
 
 
-def compile_phases(target: Target, cfg: BackendConfig) -> list[Record]:
+def compile_phases(target: Target, cfg: BackendBenchConfig) -> list[Record]:
     """One MLP forward split into: trace (building the lazy graph on the host, never synced: the
     check forces it once), first_call (trace + compile + execute: every call at a new row count,
     mlp_batch + 1, + 2, ..., so each compiles; the first is the one checked) against cached_call
@@ -99,7 +99,7 @@ def compile_phases(target: Target, cfg: BackendConfig) -> list[Record]:
     case = Case(TOPIC, "xla_phase", {"batch": batch, "dim": dim}, dtype=dtype)
     with torch.no_grad():
         host_only = dataclasses.replace(target.facts, device="cpu")  # nothing synced: host time
-        records = compare(
+        records = check_then_time(
             case,
             [Candidate("trace", lambda: mlp(x), mlp_check(mlp, x, dtype))],
             facts=host_only,
@@ -112,7 +112,7 @@ def compile_phases(target: Target, cfg: BackendConfig) -> list[Record]:
             lambda: mlp(spare[: next(rows)]),
             mlp_check(mlp, spare[: batch + 1], dtype),
         )
-        timed = compare(
+        timed = check_then_time(
             case,
             [first, Candidate("cached_call", lambda: mlp(x), mlp_check(mlp, x, dtype))],
             facts=target.facts,
@@ -152,7 +152,7 @@ def _inputs(seq_lens, dim: int) -> list[torch.Tensor]:
     return [torch.randn(1, n, dim, generator=gen) for n in seq_lens]
 
 
-def recompiles(target: Target, cfg: BackendConfig) -> list[Record]:
+def recompiles(target: Target, cfg: BackendBenchConfig) -> list[Record]:
     """Passes over inputs of lengths xla_seq_lens (width mlp_dim), unpadded (the baseline) and
     bucketed to multiples of xla_bucket. metrics.compiles: graphs XLA compiled in a first pass of
     each (bucketed first; a shape compiled before in this process is a cache hit). Then both
@@ -180,7 +180,7 @@ def recompiles(target: Target, cfg: BackendConfig) -> list[Record]:
         tolerance=tolerances.MLP["float32"],
     )
     case = Case(TOPIC, "shape_change", {"passes": len(inputs), "dim": dim}, dtype="float32")
-    records = compare(
+    records = check_then_time(
         case,
         [Candidate(impl, fn, check) for impl, fn in passes.items()],
         facts=target.facts,
@@ -231,7 +231,7 @@ def mm_at_precision(precision: str, a: torch.Tensor, b: torch.Tensor) -> torch.T
     return a @ b
 
 
-def matmul_precision(target: Target, cfg: BackendConfig) -> list[Record]:
+def matmul_precision(target: Target, cfg: BackendBenchConfig) -> list[Record]:
     """An fp32 n^3 GEMM (n = xla_precision_size) at each torch_xla matmul precision, interleaved,
     'highest' the baseline (TPUs run 'default' fp32 matmuls in bf16 passes); each output checked
     against float64 with its precision's bound."""
@@ -257,7 +257,7 @@ def matmul_precision(target: Target, cfg: BackendConfig) -> list[Record]:
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        return compare(
+        return check_then_time(
             case, candidates, facts=target.facts, baseline="highest", min_time_s=cfg.min_time_s
         )
     finally:

@@ -63,4 +63,5 @@ def collect(
             if target != report.resolve():  # collecting outputs/ itself: nothing to copy
                 install(report, target)
             remember(target)
-    return rebuild_reports(targets, outputs=outputs), build_gallery(outputs)
+    rebuilt = rebuild_reports(targets, outputs=outputs)  # read once, for pages and gallery
+    return [r.index for r in rebuilt], build_gallery(outputs, rebuilt)

@@ -24,7 +24,7 @@ PLATFORM_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
-class Target:
+class CloudTarget:
     """What a platform asks SkyPilot for."""
 
     accelerator: str | None  # SkyPilot's accelerator name and count; None: a CPU VM
@@ -38,20 +38,20 @@ class Target:
 # The accelerators of parameters/<platform>.yaml, by SkyPilot's names. A platform not listed here
 # nor in MANUAL runs on a CPU VM (cpu, ci, xla-cpu).
 TARGETS = {
-    "gcp-l4": Target("L4:1", cloud="gcp"),  # g2-standard-4
-    "aws-a10g": Target("A10G:1", cloud="aws"),  # g5.xlarge
-    "h100": Target("H100:1"),  # GCP a3-highgpu-1g, or another cloud's 1-GPU H100 VM
-    "h200": Target("H200:1"),  # clouds that rent one H200 (GCP and AWS rent 8 per VM)
+    "gcp-l4": CloudTarget("L4:1", cloud="gcp"),  # g2-standard-4
+    "aws-a10g": CloudTarget("A10G:1", cloud="aws"),  # g5.xlarge
+    "h100": CloudTarget("H100:1"),  # GCP a3-highgpu-1g, or another cloud's 1-GPU H100 VM
+    "h200": CloudTarget("H200:1"),  # clouds that rent one H200 (GCP and AWS rent 8 per VM)
     # RunPod, or a Kubernetes cluster that has them; torch from PyTorch's ROCm index
-    "amd-mi300x": Target("MI300X:1", torch_index="https://download.pytorch.org/whl/rocm6.4"),
-    "gcp-tpu-v5e": Target(
+    "amd-mi300x": CloudTarget("MI300X:1", torch_index="https://download.pytorch.org/whl/rocm6.4"),
+    "gcp-tpu-v5e": CloudTarget(
         "tpu-v5litepod-8",
         cloud="gcp",
         setup="xla-setup",
         accelerator_args={"runtime_version": "v2-alpha-tpuv5-lite"},
     ),
 }
-CPU_VM = Target(None)
+CPU_VM = CloudTarget(None)
 # Platforms no SkyPilot catalog offers: the reason, and what to do instead.
 MANUAL = {
     "intel-max1550": "no SkyPilot catalog offers the Intel Max 1550: run it by hand on a host "
@@ -85,7 +85,7 @@ exit $status
 """
 
 
-def target(platform: str) -> Target:
+def target(platform: str) -> CloudTarget:
     """The resources `platform` asks for; ParameterError for an unknown or manual-only one."""
     if not PLATFORM_NAME.fullmatch(platform):
         raise ParameterError(

@@ -12,13 +12,11 @@ import pandas as pd
 
 from kernel_lib.compare.runs import CompareError, Run, _by_key, load_side
 from kernel_lib.compare.verdict import (
-    MIN_RUNS,
     _ratio,
     apart,
     chosen_factor,
-    samples_verdict,
+    record_verdict,
     spread_interval,
-    timing_verdict,
 )
 
 FAILING = ("slower", "lost")  # verdicts that make the exit code 1
@@ -217,12 +215,10 @@ def compare_runs(
             rows.append(row)
             continue
         if timed:
-            verdict, ratio, p = timing_verdict(ma, mb, factor)
-            row.update(verdict=verdict, ratio=ratio, apart=apart(ma, mb), p=p)
-            if min(len(ma), len(mb)) < MIN_RUNS:  # the runs' raw samples decide
-                row["verdict"], row["low"], row["high"] = samples_verdict(
-                    ma, mb, _samples(ra), _samples(rb), factor, busy=busy
-                )
+            verdict, ratio, p, low, high = record_verdict(
+                ma, mb, _samples(ra), _samples(rb), factor, busy=busy
+            )
+            row.update(verdict=verdict, ratio=ratio, low=low, high=high, apart=apart(ma, mb), p=p)
         elif sa == "ok" and sb != "ok":
             row["verdict"] = "lost"
         elif sa != "ok" and sb == "ok":

@@ -228,6 +228,25 @@ def samples_verdict(
     return "unconfirmed", low, high
 
 
+def record_verdict(
+    a: list[float],
+    b: list[float],
+    a_samples: list[float],
+    b_samples: list[float],
+    factor: float = DEFAULT_FACTOR,
+    *,
+    busy: bool = False,
+) -> tuple[str, float, float | None, float, float]:
+    """(verdict, ratio, p or None, low, high) of one record from its runs' medians `a`, `b` and
+    their pooled raw samples: the permutation test with >= MIN_RUNS runs a side (no interval:
+    nan), else the raw samples (samples_verdict)."""
+    verdict, ratio, p = timing_verdict(a, b, factor)
+    if min(len(a), len(b)) >= MIN_RUNS:
+        return verdict, ratio, p, math.nan, math.nan
+    verdict, low, high = samples_verdict(a, b, a_samples, b_samples, factor, busy=busy)
+    return verdict, ratio, p, low, high
+
+
 def spread_interval(a_rows: list[dict], b_rows: list[dict]) -> tuple[float, float]:
     """[min_B p10 / max_A p90, max_B p90 / min_A p10] over the runs (a run without p10/p90 uses
     its median): the range of B/A between the tails of the two sides."""
@@ -247,6 +266,12 @@ def spread_interval(a_rows: list[dict], b_rows: list[dict]) -> tuple[float, floa
 def widest_ratio(floor: dict) -> float:
     """How far the A/A's ratios strayed from 1, either way, as a factor (>= 1)."""
     return max(floor["ratio_high"], 1 / floor["ratio_low"], 1.0)
+
+
+def spread_factor(widest: float) -> float:
+    """The factor for ratios between runs of identical code that reached `widest` (>= 1) either
+    way: FLOOR_MARGIN times as far from 1 (rounded up to 0.001), never below MIN_FACTOR."""
+    return max(MIN_FACTOR, math.ceil(round((1 + FLOOR_MARGIN * (widest - 1)) * 1000, 6)) / 1000)
 
 
 def chosen_factor(
@@ -270,8 +295,7 @@ def chosen_factor(
             f"{RESOLVED_RUNS}"
         )
     widest = widest_ratio(floor)
-    chosen = max(MIN_FACTOR, math.ceil(round((1 + FLOOR_MARGIN * (widest - 1)) * 1000, 6)) / 1000)
-    return chosen, (
+    return spread_factor(widest), (
         f"from the noise floor: 1 + {FLOOR_MARGIN:g} x (its widest ratio {widest:.3f} - 1), at least "
         f"{MIN_FACTOR:g}"
     )

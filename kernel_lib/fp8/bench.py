@@ -1,51 +1,42 @@
 """The fp8 sections' measurements: quantisation bandwidth against copy, FP8 against bf16 linear
 speed, inference memory/error and the training check, as records, each from the
-`Fp8BenchConfig`. `kernel_lib.fp8.plan` runs them in the notebook's order (its cells, and
-`python -m kernel_lib bench fp8`)."""
+`Fp8BenchConfig` (the candidates they time: candidates.py). `kernel_lib.fp8.suite` runs them in
+the notebook's order (its cells, and `python -m kernel_lib bench fp8`)."""
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from kernel_lib import records as rec
-from kernel_lib.checks import Check, against, exact
-from kernel_lib.fp8.bench_blocks import NOT_ON_XLA, declare, with_datasheets
-from kernel_lib.fp8.checks import TOLERANCES, out_tolerance
+from kernel_lib.checks import Check
+from kernel_lib.fp8.bench_blocks import declare, with_datasheets
+from kernel_lib.fp8.candidates import (
+    FP8_PATHS,
+    VARIANTS,
+    bf16_candidate,
+    copy_candidate,
+    fp8_candidates,
+    host,
+    quantize_candidates,
+)  # fmt: skip
+from kernel_lib.fp8.checks import TOLERANCES
 from kernel_lib.fp8.comparators import comparator_candidates
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.formats import fp8_dtype
 from kernel_lib.fp8.inference import InferenceComparison, compare_inference
-from kernel_lib.fp8.linear import (
-    Fp8Linear,
-    Fp8LinearConfig,
-    dynamic_quantize,
-    scaled_mm,
-    scaled_mm_unsupported,
-)  # fmt: skip
-from kernel_lib.fp8.quantize import Fp8Tensor, quantize
-from kernel_lib.fp8.reference import fp8_linear_reference, quantize_reference
-from kernel_lib.fp8.scaling import Granularity, ScalingMode, scale_shape
+from kernel_lib.fp8.linear import Fp8LinearConfig, scaled_mm_unsupported
 from kernel_lib.fp8.shapes import GemmShape, bf16_operands
 from kernel_lib.fp8.training import make_model, run_names, training_runs
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.variants import choose
 
 TOPIC = "fp8"
 QUANT_K = 4096  # row length of the bandwidth inputs
-GPU = ("nvidia", "amd")
-
-
-def _host(t: torch.Tensor) -> torch.Tensor:
-    """t where fp64 runs well (CPU, CUDA/ROCm, XPU), else on the CPU (XLA, MPS): for references."""
-    return t if t.device.type in ("cpu", "cuda", "xpu") else t.cpu()
 
 
 def _skip(
@@ -61,76 +52,6 @@ def _skip(
         shape=case.shape,
         mode=case.mode,
     )
-
-
-def _codes(q: Fp8Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return q.data.view(torch.uint8), q.scale
-
-
-def _exact_codes(reference) -> Callable[[Fp8Tensor], Check]:
-    """A check of an Fp8Tensor: its bytes and scales identical to those of `reference()`."""
-    check = exact(
-        lambda: _codes(reference()), reference="fp64 quantisation reference (bytes, scales)"
-    )
-    return lambda q: check(_codes(q))
-
-
-def _quantizers(
-    facts: DeviceFacts, gran: str, fmt: str, x: torch.Tensor, out: torch.Tensor
-) -> dict:
-    """implementation -> the timed call, or why it cannot run here. compiled_quantize (bit
-    arithmetic), row_fused_quantize (the same, one pass per row: rowwise only), fused_quantize
-    (Triton), c_quantize (the same bit arithmetic in C built for this CPU) and
-    plain_compiled_quantize (`quantize` as plain ops through torch.compile, the comparator) are
-    the variants; `quantize` is eager."""
-    from kernel_lib.fp8.quantize_c import c_quantize  # compiled C: built on first use
-    from kernel_lib.fp8.quantize_compiled import compiled_quantize  # Inductor, on first use
-
-    def compiled(cast: str, fuse_rows: bool = False):
-        if facts.backend == "xla":
-            return NOT_ON_XLA
-        if gran not in ("tensorwise", "rowwise"):
-            return f"not built for {gran}"
-        return lambda: compiled_quantize(
-            x, fmt=fmt, granularity=gran, out=out, cast=cast, fuse_rows=fuse_rows
-        )
-
-    if facts.backend not in GPU:
-        fused = (
-            f"the Triton kernel is built for NVIDIA/AMD GPUs, not {facts.backend} "
-            "(TRITON_INTERPRET=1 tests it in numpy, for correctness only)"
-        )
-    elif gran not in ("tensorwise", "rowwise"):
-        fused = f"not built for {gran}"
-    else:
-        from kernel_lib.fp8.quantize_triton import fused_quantize  # Triton: optional
-
-        fused = lambda: fused_quantize(x, fmt=fmt, granularity=gran)  # noqa: E731
-    row_fused = (
-        {"row_fused_quantize": compiled("bits", fuse_rows=True)} if gran == "rowwise" else {}
-    )
-    c_kernel = (
-        f"a C kernel for CPUs, not {facts.backend}"
-        if facts.backend != "cpu"
-        else lambda: c_quantize(x, fmt=fmt, granularity=gran, out=out)
-    )
-    return {
-        "quantize": lambda: quantize(x, fmt=fmt, granularity=gran, nonfinite="nan"),
-        "compiled_quantize": compiled("bits"),
-        **row_fused,
-        "fused_quantize": fused,
-        "c_quantize": c_kernel,
-        "plain_compiled_quantize": compiled("plain"),
-    }
-
-
-VARIANTS = (
-    "compiled_quantize",
-    "row_fused_quantize",
-    "fused_quantize",
-    "c_quantize",
-    "plain_compiled_quantize",
-)
 
 
 def quantize_bandwidth(
@@ -152,31 +73,12 @@ def quantize_bandwidth(
             torch.empty_like(x),
             torch.empty(x.shape, dtype=fp8_dtype(fmt), device=facts.device),
         )
-        n = x.numel()
         case = Case(TOPIC, "quantize", {"MiB": size, "rows": rows, "K": QUANT_K}, dtype="float32")
-        candidates = [
-            Candidate(
-                "copy", lambda: dst.copy_(x), check=exact(x, reference="the source"), bytes=8.0 * n
-            )
-        ]
+        candidates = [copy_candidate(x, dst)]
         for gran in config.quant_granularities:
-            reference = functools.cache(
-                lambda g=gran: quantize_reference(_host(x), fmt=fmt, granularity=g)
-            )
-            for name, fn in _quantizers(facts, gran, fmt, x, out).items():
-                if isinstance(fn, str):
-                    candidates.append(_skip(case, f"{name}_{gran}", fn, facts))
-                    continue
-                scales = math.prod(scale_shape((rows, QUANT_K), Granularity(gran)))
-                candidates.append(
-                    Candidate(
-                        f"{name}_{gran}",
-                        fn,
-                        check=_exact_codes(reference),
-                        bytes=5.0 * n + 4.0 * scales,
-                    )
-                )
-        got = compare(
+            for name, c in quantize_candidates(facts, gran, fmt, x, out).items():
+                candidates.append(_skip(case, name, c, facts) if isinstance(c, str) else c)
+        got = check_then_time(
             case,
             candidates,
             facts=facts,
@@ -212,65 +114,12 @@ def quantize_bandwidth(
     )
 
 
-def _fp8_candidates(
-    config: Fp8BenchConfig, recipe: str, x: torch.Tensor, w: torch.Tensor, facts: DeviceFacts
-) -> list[Candidate]:
-    """The FP8 forward of x @ w.T (bf16 out), checked against the fp64 FP8 reference: the GEMM
-    alone on pre-quantised operands (fp32 accumulation, and `use_fast_accum=True` as a named
-    twin), x quantised per call with W stored in FP8 (inference), and both quantised per call by
-    Fp8Linear (training). The operands are quantised at the first call of a candidate, so a
-    quantiser that fails to build costs only the FP8 records (`failed`), never the baseline's.
-    metrics.use_fast_accum says which accumulation each ran."""
-    fmt, shape = config.linear_format, GemmShape(x.shape[0], x.shape[1], w.shape[0])
-    dynamic = Fp8LinearConfig.from_recipe_name(recipe).recipe.mode is ScalingMode.DYNAMIC
-    quantizer = "triton" if facts.backend in GPU and dynamic else "torch"
-    lin = Fp8LinearConfig.from_recipe_name(recipe, fmt=fmt, quantizer=quantizer)
-    layer = Fp8Linear(
-        shape.k, shape.n, bias=False, config=lin, device=x.device, dtype=torch.bfloat16
-    )
-    with torch.no_grad():
-        layer.weight.copy_(w)
-    layer.weight.requires_grad_(False)  # forward only: no autograd graph in the timed call
-    operands = functools.cache(lambda: (dynamic_quantize(x, lin), dynamic_quantize(w, lin)))
-    gran = lin.recipe.granularity.value
-    reference = functools.cache(
-        lambda: fp8_linear_reference(_host(x), _host(w), fmt=fmt, granularity=gran)
-    )
-    paths = {
-        "scaled_mm": lambda: scaled_mm(*operands(), out_dtype=torch.bfloat16),
-        "scaled_mm_fast_accum": lambda: scaled_mm(
-            *operands(), out_dtype=torch.bfloat16, use_fast_accum=True
-        ),
-        "fp8_inference_linear": lambda: scaled_mm(
-            dynamic_quantize(x, lin), operands()[1], out_dtype=torch.bfloat16
-        ),
-        "fp8_linear": lambda: layer(x),
-    }
-    label = f"fp64 FP8 reference ({fmt} {gran}) at M={shape.m} K={shape.k} N={shape.n}"
-    return [
-        Candidate(
-            f"{name}_{recipe}",
-            fn,
-            dtype=f"float8_{fmt}",
-            flops=shape.flops,
-            check=against(
-                reference, reference=label, tolerance=out_tolerance(gran, torch.bfloat16)
-            ),
-            metrics={"use_fast_accum": name == "scaled_mm_fast_accum"},
-        )
-        for name, fn in paths.items()
-    ]
-
-
-FP8_PATHS = ("scaled_mm", "scaled_mm_fast_accum", "fp8_inference_linear", "fp8_linear")
-
-
 def linear_speed(
     config: Fp8BenchConfig, facts: DeviceFacts, *, progress: bool = False
 ) -> list[rec.Record]:
     """Forward of an n x n x n linear per n (x: (n, n) bf16, W: (n, n)) in one interleaved
     `compare`: bf16 `F.linear` (baseline, against fp64), per recipe the FP8 paths of
-    `_fp8_candidates`, and the comparators. FP8 paths are timed wherever `_scaled_mm` runs (a
+    `fp8_candidates`, and the comparators. FP8 paths are timed wherever `_scaled_mm` runs (a
     CPU's oneDNN included: measured, whatever the device); where its probe raised they are
     `skipped` with that reason. Timed records carry fraction_of_datasheet where the device has
     a datasheet figure for their dtype (`bench_blocks.with_datasheets`). Headline: fp8_linear of
@@ -281,21 +130,12 @@ def linear_speed(
         shape = GemmShape.square(n)
         x, w = bf16_operands(shape, device=facts.device, seed=config.seed)
         case = Case(TOPIC, "linear_forward", shape.as_dict(), dtype="bfloat16", mode="forward")
-        full = functools.cache(lambda x=x, w=w: _host(x).double() @ _host(w).double().t())
-        candidates = [
-            Candidate(
-                "bf16_linear",
-                lambda x=x, w=w: F.linear(x, w),
-                flops=shape.flops,
-                check=against(
-                    full, reference="fp64 of the bf16 inputs", tolerance=TOLERANCES["bf16_out"]
-                ),
-            )
-        ]
+        full = functools.cache(lambda x=x, w=w: host(x).double() @ host(w).double().t())
+        candidates = [bf16_candidate(x, w, full, shape.flops)]
         fp8 = f"float8_{config.linear_format}"
         for recipe in config.recipes:
             if reason is None:
-                candidates += _fp8_candidates(config, recipe, x, w, facts)
+                candidates += fp8_candidates(config, recipe, x, w, facts)
                 continue
             candidates += [
                 _skip(case, f"{path}_{recipe}", reason, facts, dtype=fp8) for path in FP8_PATHS
@@ -304,7 +144,7 @@ def linear_speed(
             candidates.append(
                 c if isinstance(c, Candidate) else _skip(case, name, c, facts, dtype="float8")
             )
-        records += compare(
+        records += check_then_time(
             case,
             candidates,
             facts=facts,

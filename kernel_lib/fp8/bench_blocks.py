@@ -1,6 +1,6 @@
 """Records of the block-scaled and grouped FP8 sections: per-recipe quantisation error, the
-block-scaled GEMM and grouped GEMM check tables (their records: `fp8.plan.check_records`), and
-their speed against bf16 wherever `_scaled_mm` runs them (sections of `kernel_lib.fp8.plan`).
+block-scaled GEMM and grouped GEMM check tables (their records: `fp8.suite.check_records`), and
+their speed against bf16 wherever `_scaled_mm` runs them (sections of `kernel_lib.fp8.suite`).
 The speed sections declare their headline (FP8 vs bf16) and carry fraction_of_datasheet where the
 device's datasheet has the figure; the error and check tables carry no subject-vs-baseline figure,
 so they declare none."""
@@ -40,7 +40,7 @@ from kernel_lib.fp8.linear import scaled_mm_unsupported
 from kernel_lib.fp8.numerics import KINDS, recipe_error_table, sample_tensor
 from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
 from kernel_lib.fp8.shapes import GemmShape, bf16_operands
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.platform import DeviceFacts, datasheet_for
 
 TOPIC = "fp8"
@@ -217,7 +217,7 @@ def block_linear_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
                     check=against(reference, reference=label, tolerance=split_tol),
                 )
             )
-        records += compare(
+        records += check_then_time(
             case, candidates, facts=facts, baseline="bf16_linear", min_time_s=config.min_time_s
         )
     records = with_datasheets(records, facts)
@@ -275,7 +275,7 @@ def grouped_gemm_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.R
                 check=fp8_check,
             )
         )
-    records = compare(
+    records = check_then_time(
         case, candidates, facts=facts, baseline="bf16_grouped_mm", min_time_s=config.min_time_s
     )
     records = with_datasheets(records, facts)

@@ -33,7 +33,7 @@ from kernel_lib.fp8.weight_only import (
     quantize_weight,
     weight_only_reference,
 )  # fmt: skip
-from kernel_lib.measure import MIN_ROUNDS, Candidate, Case, compare
+from kernel_lib.measure import MIN_ROUNDS, Candidate, Case, check_then_time
 from kernel_lib.platform import DeviceFacts, last_level_cache_bytes
 from kernel_lib.variants import choose
 
@@ -162,7 +162,7 @@ def weight_only_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Re
     first = config.weight_only_cases[0][0]
     for shape, scaling in config.weight_only_cases:
         case, candidates = _case(config, facts, shape, scaling)
-        got = compare(  # the fewest rounds that give an interval: the plain path takes ~0.2 s
+        got = check_then_time(  # the fewest rounds that give an interval: the plain path takes ~0.2 s
             case,
             candidates,
             facts=facts,

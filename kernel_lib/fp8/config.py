@@ -112,7 +112,7 @@ class Fp8BenchConfig:
     )
     error_format: str = param(
         "e4m3fn",
-        "element format of the per-recipe error table (MX is defined for these two only); "
+        "element format of the per-recipe error table (MX defines e4m3fn and e5m2 only); "
         f"one of {_any_of(_MX_FORMATS)}",
     )
     block_recipes: tuple = param(
@@ -155,7 +155,7 @@ class Fp8BenchConfig:
         "first decode row count; two ints > 0",
     )
     min_time_s: float = param(
-        0.2, "timed seconds per candidate and round budget; a finite number > 0"
+        0.2, "timed seconds per candidate and case, over all rounds; a finite number > 0"
     )
     seed: int = param(0, "seed of every input and model; an int >= 0")
 

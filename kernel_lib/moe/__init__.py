@@ -18,7 +18,7 @@ from kernel_lib.moe.experts import (
     LoRAExperts,
     SharedExpert,
 )  # fmt: skip
-from kernel_lib.moe.layers import LayerType, MoEConfig, MoELayer, MoEOutput
+from kernel_lib.moe.layers import LayerType, MoELayer, MoELayerConfig, MoEOutput
 from kernel_lib.moe.losses import (
     entropy_balance_loss,
     gshard_aux_loss,
@@ -61,7 +61,7 @@ __all__ = [
     "STRATEGIES", "run_strategy", "dispatch_loop", "dispatch_sorted_grouped",
     "dispatch_sorted_segments", "dispatch_packed_segments", "dispatch_padded",
     # layers and the old system's way
-    "MoEConfig", "MoELayer", "MoEOutput", "LayerType", "SeedStyleMoE",
+    "MoELayerConfig", "MoELayer", "MoEOutput", "LayerType", "SeedStyleMoE",
     # the notebook's parameters and the problem size
     "MoEBenchConfig", "MoEShape",
     # model presets and aux-loss-free balancing

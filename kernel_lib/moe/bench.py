@@ -1,12 +1,12 @@
 """`python -m kernel_lib bench moe`: the MoE notebook's measurements, as records.
 
 Legend: T tokens, D model, F ffn, E experts, K top-k, A kept assignments. Every timed path is a
-`measure.compare` candidate checked at its timed shape, dtype and mode against an fp64 twin
-(tolerances.py). Strategies are compared with `dense_gemm`, a GEMM pair with their FLOPs
-((A, D) @ (D, F) then (A, F) @ (F, D)): ratio_vs_baseline = dense time / strategy time, with
-its interval, and fraction_of_peak = strategy TFLOP/s over that pair's. The seed-style
-baseline (the old system's fp32 training-mode forward) is compared twice: with our strategies
-in fp32 (same dtype) and in moe_dtype (the seed's configuration against ours).
+`measure.check_then_time` candidate (candidates.py) checked at its timed shape, dtype and mode
+against an fp64 twin. Strategies are compared with `dense_gemm`, a GEMM pair with their FLOPs:
+ratio_vs_baseline = dense time / strategy time, with its interval, and fraction_of_peak =
+strategy TFLOP/s over that pair's. The seed-style baseline (the old system's fp32 training-mode
+forward) is compared twice: with our strategies in fp32 (same dtype) and in moe_dtype (the
+seed's configuration against ours).
 
 The strategies are the variants of one kernel: `variants.choose` picks the fastest checked one
 on this machine (cached per machine fingerprint, named in every record's `variant`), and that
@@ -17,37 +17,33 @@ always timed beside them: a strategy slower than it is flagged.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 
-import pandas as pd
-import torch
 from tqdm import tqdm
 
-from kernel_lib import checks
 from kernel_lib import records as rec
-from kernel_lib.checks import Unsupported
 from kernel_lib.config import parse_dtype
-from kernel_lib.measure import Candidate, Case, compare
+from kernel_lib.measure import Case, check_then_time
+from kernel_lib.moe.candidates import (
+    DENSE,
+    PLAIN,
+    SEED,
+    dense_candidate,
+    layer_candidate,
+    seed_style_candidate,
+    strategy_candidate,
+    unsupported,
+)  # fmt: skip
 from kernel_lib.moe.cases import MoECase, make_case, memory_needed, reference, reference_grads
 from kernel_lib.moe.config import MoEBenchConfig
-from kernel_lib.moe.layers import MoEConfig, MoELayer, layer_reference
 from kernel_lib.moe.metrics import load_metrics
-from kernel_lib.moe.seed_style import SeedStyleMoE
 from kernel_lib.moe.shapes import MoEShape
-from kernel_lib.moe.strategies import run_strategy, unavailable
-from kernel_lib.moe.tolerances import tolerance
 from kernel_lib.platform import DeviceFacts
-from kernel_lib.profiling.phases import phase
 from kernel_lib.variants import choose
 
 TOPIC = "moe"
-DENSE, SEED = "dense_gemm", "seed_style"
-PLAIN = "loop"  # the plain comparator's strategy: the obvious loop over experts
 DENSE_BASIS = "dense GEMM pair, same FLOPs, same run"
-# Weight gradients only (inputs need none): dW_out, dh, dW_in are 3 GEMMs after the forward's 2.
-BACKWARD_FLOPS = 2.5
 # The layer every other layer type is compared with, when it is timed.
 LAYER_BASELINE = "standard"
 # No warm-up call besides the two every candidate has: its checked first call (torch.compile
@@ -60,127 +56,7 @@ def _mode(backward: bool) -> str:
     return "forward_backward" if backward else "forward"
 
 
-def _unsupported(implementation: str, reason: str) -> Candidate:
-    """A candidate that cannot run here: compare records it as skipped with `reason`."""
-
-    def fn():
-        raise Unsupported(reason)
-
-    return Candidate(implementation, fn, check=lambda out: out)
-
-
-def _grads(forward, weights: list[torch.Tensor], grad_out: torch.Tensor):
-    """A function giving dL/dweights for L = <forward(), grad_out> (no .grad accumulated)."""
-
-    def fn():
-        with torch.enable_grad():
-            return torch.autograd.grad(forward(), weights, grad_out)
-
-    return fn
-
-
-def dense_candidate(case: MoECase, *, backward: bool = False) -> Candidate:
-    """The dense GEMM pair with the case's executed FLOPs, in its dtype, checked against the
-    same pair in fp64 on the same operands (output, or weight gradients when `backward`)."""
-    rows, ff = case.executed_rows(), case.feedforward
-    gen = torch.Generator().manual_seed(1)
-    a, grad_out = (torch.randn(rows, ff.hidden, generator=gen).to(case.x) for _ in range(2))
-    w1, w2 = ff.w_in[0].detach().clone(), ff.w_out[0].detach().clone()
-
-    def pair(a, w1, w2):
-        with phase("GEMM 1"):  # SwiGLU's w_in is 2F wide: same FLOPs as its experts
-            h = (a @ w1)[:, : ff.ffn]
-        with phase("GEMM 2"):
-            return h @ w2
-
-    if backward:
-        w1.requires_grad_(True)
-        w2.requires_grad_(True)
-        fn = _grads(lambda: pair(a, w1, w2), [w1, w2], grad_out)
-        w64 = [w.detach().double().requires_grad_(True) for w in (w1, w2)]
-        ref = _grads(lambda: pair(a.double(), *w64), w64, grad_out.double())
-    else:
-        fn = functools.partial(pair, a, w1, w2)
-        ref = functools.partial(pair, a.double(), w1.double(), w2.double())
-    quantity = "grads" if backward else "forward"
-    check = checks.against(
-        ref, reference="fp64 GEMM pair, same operands", tolerance=tolerance(quantity, case.dtype)
-    )
-    flops = rows * ff.flops_per_row() * (BACKWARD_FLOPS if backward else 1)
-    return Candidate(DENSE, fn, check, flops=flops)
-
-
-def strategy_candidate(
-    name: str, case: MoECase, *, backward: bool = False, compiled: bool = False, ref=None
-) -> Candidate:
-    """One strategy on one case: its forward output (eager or compiled) or its expert-weight
-    gradients, checked against the fp64 loop over experts (`ref`: a shared cached reference)."""
-    implementation = f"dispatch_{name}" + ("_compiled" if compiled else "")
-    reason = unavailable(name, case.x, case.feedforward, compiled=compiled, backward=backward)
-    if reason:
-        return _unsupported(implementation, reason)
-    feedforward = case.feedforward
-    if backward:
-        feedforward = copy.deepcopy(feedforward).requires_grad_(True)
-
-    def forward():
-        return run_strategy(name, case.x, case.routing, feedforward, capacity=case.shape.capacity)
-
-    if compiled:
-        # The loop's per-expert row counts are data: static shapes would recompile per count.
-        forward = torch.compile(forward, dynamic=name == PLAIN)
-    weights = [feedforward.w_in, feedforward.w_out]
-    fn = _grads(forward, weights, case.grad_out) if backward else forward
-    if backward:
-        check = checks.against(
-            ref or functools.partial(reference_grads, case),
-            reference="fp64 loop over experts, autograd",
-            tolerance=tolerance("grads", case.dtype),
-        )
-    else:
-        check = checks.against(
-            ref or functools.partial(reference, case),
-            reference="fp64 loop over experts",
-            tolerance=tolerance("forward", case.dtype),
-        )
-    flops = case.flops() * (BACKWARD_FLOPS if backward else 1)
-    return Candidate(implementation, fn, check, flops=flops)
-
-
-def seed_style_candidate(case: MoECase, *, capacity_factor: float = 1.25) -> Candidate:
-    """The old system's forward (fp32, training mode, graph recorded, random drops reseeded per
-    call) on the case's x, gate and experts, checked against its fp64 twin with the same
-    routing, drops and dropout masks. FLOPs count only the rows it ran; drops in metrics."""
-    kw = dict(top_k=case.shape.top_k, capacity_factor=capacity_factor)
-    seed = SeedStyleMoE(case.gate, case.feedforward, **kw)
-    twin = SeedStyleMoE(case.gate, case.feedforward, **kw, dtype=torch.float64)
-    x = case.x.float()
-    with torch.no_grad():
-        once = seed(x)
-
-    def fn():
-        with torch.enable_grad():  # as the seed ran: recording the graph
-            return seed(x).y
-
-    def ref():
-        with torch.no_grad():
-            return twin(x).y
-
-    check = checks.against(
-        ref,
-        reference="fp64 twin, same routing, drops and dropout masks",
-        tolerance=tolerance("forward", "float32"),
-    )
-    metrics = {
-        "drop_rate": once.dropped / max(once.assignments, 1),
-        "dropped": once.dropped,
-        "reported_dropped": once.reported_dropped,
-    }
-    flops = float((once.assignments - once.dropped) * case.feedforward.flops_per_row())
-    return Candidate(SEED, fn, check, flops=flops, dtype="float32", metrics=metrics)
-
-
-def _make_case(
+def case_of(
     cfg: MoEBenchConfig, facts: DeviceFacts, shape: MoEShape, dtype: str | None = None
 ) -> MoECase:
     """make_case of `shape` with moe_activation on this device, in `dtype` (None: moe_dtype)."""
@@ -256,15 +132,15 @@ def compare_strategies(
     names += [f"dispatch_{s}_compiled" for s in compiled]
     reason = memory_reason(shape, cfg.dtype, facts)
     if reason:
-        candidates = [_unsupported(n, reason) for n in names]
+        candidates = [unsupported(n, reason) for n in names]
     else:
-        case = _make_case(cfg, facts, shape)
+        case = case_of(cfg, facts, shape)
         ref = functools.cache(functools.partial(reference_grads if backward else reference, case))
         candidates = [dense_candidate(case, backward=backward)]
         candidates += [strategy_candidate(s, case, backward=backward, ref=ref) for s in strategies]
         candidates += [strategy_candidate(s, case, compiled=True, ref=ref) for s in compiled]
     measured = Case(TOPIC, case_name, shape.as_dict(), cfg.dtype, _mode(backward))
-    records = compare(
+    records = check_then_time(
         measured,
         candidates,
         facts=facts,
@@ -320,14 +196,14 @@ def section_seed(cfg: MoEBenchConfig, facts: DeviceFacts, case_name: str) -> lis
     names = [f"dispatch_{s}" for s in strategies] + [SEED]
     reason = memory_reason(shape, "float32", facts)  # the seed's dtype
     if reason:
-        candidates = [_unsupported(n, reason) for n in names]
+        candidates = [unsupported(n, reason) for n in names]
     else:
-        case = _make_case(cfg, facts, shape, dtype)
+        case = case_of(cfg, facts, shape, dtype)
         ref = functools.cache(functools.partial(reference, case))
         candidates = [strategy_candidate(s, case, ref=ref) for s in strategies]
         candidates.append(seed_style_candidate(case))
     measured = Case(TOPIC, case_name, shape.as_dict(), dtype, "forward")
-    records = compare(
+    records = check_then_time(
         measured,
         candidates,
         facts=facts,
@@ -347,36 +223,8 @@ def section_capacity(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record
     _, records = compare_strategies(cfg, facts, shape, cfg.side, case_name="forward_capacity")
     if memory_reason(shape, cfg.dtype, facts):
         return records
-    load = load_metrics(_make_case(cfg, facts, shape).routing)
+    load = load_metrics(case_of(cfg, facts, shape).routing)
     return [dataclasses.replace(r, metrics={**r.metrics, **load}) for r in records]
-
-
-def _layer_candidate(layer_type: str, case: MoECase, strategy: str) -> Candidate:
-    """One layer preset (router, capacity, dispatch) at the case's sizes, eval, no grad; its
-    output checked against the fp64 twin on its own routing. FLOPs: kept expert rows only."""
-    shape = case.shape
-    cfg = MoEConfig.for_layer_type(
-        layer_type,
-        hidden=shape.hidden,
-        ffn=shape.ffn,
-        num_experts=shape.experts,
-        top_k=shape.top_k,
-        strategy=strategy,
-    )
-    torch.manual_seed(0)
-    layer = MoELayer(cfg).to(device=case.x.device, dtype=case.x.dtype).eval().requires_grad_(False)
-    reason = unavailable(strategy, case.x, layer.experts)
-    if reason:
-        return _unsupported(layer_type, reason)
-    routing, _ = layer.route(case.x)
-    check = checks.against(
-        functools.partial(layer_reference, layer, case.x),
-        reference="fp64 twin on the layer's own routing",
-        tolerance=tolerance("forward", case.dtype),
-    )
-    metrics = {**load_metrics(routing), "K": cfg.top_k}
-    flops = float(int(routing.counts.sum()) * layer.experts.flops_per_row())
-    return Candidate(layer_type, lambda: layer(case.x).y, check, flops=flops, metrics=metrics)
 
 
 def section_layers(
@@ -387,12 +235,12 @@ def section_layers(
     shape = cfg.shapes[0]
     reason = memory_reason(shape, cfg.dtype, facts)
     if reason:
-        candidates = [_unsupported(t, reason) for t in cfg.layer_types]
+        candidates = [unsupported(t, reason) for t in cfg.layer_types]
     else:
-        case = _make_case(cfg, facts, shape)
-        candidates = [_layer_candidate(t, case, strategy) for t in cfg.layer_types]
+        case = case_of(cfg, facts, shape)
+        candidates = [layer_candidate(t, case, strategy) for t in cfg.layer_types]
     baseline = LAYER_BASELINE if LAYER_BASELINE in cfg.layer_types else None
-    records = compare(
+    records = check_then_time(
         Case(TOPIC, "layer_forward", shape.as_dict(), cfg.dtype, "forward"),
         candidates,
         facts=facts,
@@ -415,9 +263,9 @@ def sweep_values(axis: str, cfg: MoEBenchConfig) -> tuple:
 def section_sweep(
     axis: str, cfg: MoEBenchConfig, facts: DeviceFacts, *, progress: bool = False
 ) -> list[rec.Record]:
-    """One declared sweep (case `sweep_<axis>`, the swept value in its shape: T, E, K or imbalance): forward of the
-    sweep strategies and the dense pair at each point; tokens at full size, the other axes at
-    moe_sweep_base_tokens."""
+    """One declared sweep (case `sweep_<axis>`, the swept value in its shape: T, E, K or
+    imbalance): forward of the sweep strategies and the dense pair at each point; tokens at full
+    size, the other axes at moe_sweep_base_tokens."""
     base = cfg.shapes[0]
     if axis != "tokens":
         base = dataclasses.replace(base, tokens=cfg.sweep_base_tokens)
@@ -431,79 +279,3 @@ def section_sweep(
             case_name=f"sweep_{axis}",
         )[1]
     return out
-
-
-def load_text(cfg: MoEBenchConfig) -> str:
-    """What the load histograms count: the routing of the first shape's tokens (plot titles)."""
-    shape = cfg.shapes[0]
-    return f"T={shape.tokens},E={shape.experts},K={shape.top_k}"
-
-
-def balance_text(cfg: MoEBenchConfig) -> str:
-    """What the load-over-steps plot routes: the preset, its tokens a step, the bias update's
-    step size and the skew of the logits (plot titles)."""
-    return (
-        f"{cfg.balance_preset} T={cfg.preset_tokens},"
-        f"gamma={cfg.balance_gamma},zipf={cfg.preset_zipf}"
-    )
-
-
-def load_rows(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[dict]:
-    """Tokens per expert at each imbalance (one row per expert), for the load histograms."""
-    rows = []
-    for imbalance in cfg.imbalance:
-        shape = dataclasses.replace(cfg.shapes[0], imbalance=imbalance)
-        routing = _make_case(cfg, facts, shape).routing
-        metrics = load_metrics(routing)
-        rows += [
-            {"imbalance": imbalance, "expert": e, "tokens": n, "cv": round(metrics["cv"], 3)}
-            for e, n in enumerate(metrics["tokens_per_expert"])
-        ]
-    return rows
-
-
-def variant_table(records: list[rec.Record]) -> pd.DataFrame:
-    """The dispatch candidates of a throughput section side by side, for this machine: time,
-    ratio against the dense pair with its interval, which one is used here (`variant`, and
-    whether this run measured or reused the cached choice) and any flag (a tuned strategy
-    slower than the plain comparator). Skipped and wrong candidates with their reason."""
-    rows = [
-        {
-            "case": r.case,
-            "D": r.shape.get("D"),
-            "implementation": r.implementation,
-            "status": r.status,
-            "median_ms": r.median_ms,
-            "ratio_vs_dense": r.ratio_vs_baseline,
-            "ratio_low": r.ratio_low,
-            "ratio_high": r.ratio_high,
-            "chosen": r.variant is not None and r.implementation == r.variant,
-            "choice": r.metrics.get("variant_source"),
-            "flags_or_reason": "; ".join(r.flags) or (r.reason or ""),
-        }
-        for r in records
-        if r.implementation.startswith("dispatch_")
-    ]
-    return pd.DataFrame(rows).round(3)
-
-
-def baseline_table(records: list[rec.Record]) -> pd.DataFrame:
-    """The seed-style comparisons: speed, ratio against the seed with its interval and verdict,
-    and what each implementation dropped (dropless strategies drop nothing)."""
-    rows = [
-        {
-            "case": r.case,
-            "implementation": r.implementation,
-            "dtype": r.dtype,
-            "tokens_per_s": r.metrics.get("tokens_per_s"),
-            "ratio_vs_seed_style": r.ratio_vs_baseline,
-            "ratio_low": r.ratio_low,
-            "ratio_high": r.ratio_high,
-            "verdict": r.verdict,
-            "drop_rate": r.metrics.get("drop_rate", 0.0),
-            "reported_dropped": r.metrics.get("reported_dropped", 0),
-        }
-        for r in records
-        if r.case in SEED_CASES and r.status == "ok"
-    ]
-    return pd.DataFrame(rows).round(3)

@@ -3,9 +3,9 @@ dispatch strategy against the dense GEMM pair with the same FLOPs, as records.
 
 Legend: T tokens, D model, F ffn, E experts, K top-k. Routing is the preset's own (scores,
 groups, renormalisation, scaling; gpt-oss's gate bias) on router logits x @ gate plus
-zipf_offsets(moe_preset_zipf); the dispatch candidates and the dense pair are bench.py's, checked
-against the fp64 loop over experts on that routing. Only routed experts are timed: a shared
-expert is one dense FFN on every token, the baseline's own kind of work.
+zipf_offsets(moe_preset_zipf); the dispatch candidates and the dense pair are candidates.py's,
+checked against the fp64 loop over experts on that routing. Only routed experts are timed: a
+shared expert is one dense FFN on every token, the baseline's own kind of work.
 """
 
 from __future__ import annotations
@@ -17,19 +17,10 @@ import torch
 
 from kernel_lib import records as rec
 from kernel_lib.headlines import key as headline_key
-from kernel_lib.measure import Case, compare
+from kernel_lib.measure import Case, check_then_time
 from kernel_lib.moe.balancing import zipf_offsets
-from kernel_lib.moe.bench import (
-    DENSE,
-    PLAIN,
-    TOPIC,
-    WARMUP,
-    chosen_headline,
-    dense_candidate,
-    memory_reason,
-    strategy_candidate,
-    with_plain,
-)  # fmt: skip
+from kernel_lib.moe.bench import TOPIC, WARMUP, chosen_headline, memory_reason, with_plain
+from kernel_lib.moe.candidates import DENSE, PLAIN, dense_candidate, strategy_candidate
 from kernel_lib.moe.cases import make_case, reference
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.presets import MoEPreset, preset, router_logits
@@ -97,7 +88,7 @@ def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]
             ref = functools.cache(functools.partial(reference, case))
             candidates = [dense_candidate(case)]
             candidates += [strategy_candidate(s, case, ref=ref) for s in strategies]
-        records = compare(
+        records = check_then_time(
             what,
             candidates,
             facts=facts,

@@ -58,7 +58,7 @@ class MoEBenchConfig:
     )
     activation: str = param("relu", f"expert activation; one of {_any_of(ACTIVATIONS)}")
     capacity_factor: float = param(
-        1.25, "capacity mode: C = ceil(cf x T x K / E) rows per expert; a finite number > 0"
+        1.25, "capacity mode: each expert keeps ceil(cf x T x K / E) rows; a finite number > 0"
     )
     strategies: tuple = param(
         STRATEGIES, f"dispatch strategies timed; a non-empty list of {_any_of(STRATEGIES)}"
@@ -102,7 +102,7 @@ class MoEBenchConfig:
         f"strategies in the sweeps; a non-empty list of {_any_of(STRATEGIES)}",
     )
     min_time_s: float = param(
-        0.2, "timing budget per candidate and measurement (s); a finite number > 0"
+        0.2, "timed seconds per candidate and case, over all rounds; a finite number > 0"
     )
     presets: tuple = param(
         tuple(PRESETS),
@@ -115,12 +115,16 @@ class MoEBenchConfig:
     )
     preset_scale: float = param(
         0.0625,
-        "factor on each preset's D and F (rounded to multiples of 16; 1 = the published "
+        "factor on each preset's D and F (rounded to multiples of 16; 1: the published "
         "model); 0 < s <= 1",
     )
     # A prefill batch: DeepSeek-V3's 256 experts x top-8 get 256 rows each on average (2048
     # tokens gave 64, a GEMM too short for the CPU to run near its dense speed).
-    preset_tokens: int = param(8192, "tokens T per preset case; a whole number > 0")
+    preset_tokens: int = param(
+        8192,
+        "tokens T per preset case and per load-balancing step (a prefill batch); a whole "
+        "number > 0",
+    )
     preset_zipf: float = param(
         0.1,
         "Zipf exponent of expert popularity in the preset cases and the load simulation "

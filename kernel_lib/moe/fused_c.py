@@ -73,7 +73,7 @@ def pack(w: Tensor) -> Tensor:
     return w.view(e, w.shape[1] // 2, 2, w.shape[2] // LANES, LANES).permute(0, 3, 1, 4, 2)
 
 
-class PackedExperts(NamedTuple):
+class CPackedExperts(NamedTuple):
     w_in: Tensor  # (E, Hp/16, Dp/2, 16, 2); Hp: [gate | up] each padded to Fp (gated), or Fp
     w_out: Tensor  # (E, Np/16, Fp/2, 16, 2)
     ffn: int  # Fp: F rounded up to 16
@@ -82,17 +82,17 @@ class PackedExperts(NamedTuple):
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _pack_experts(experts: FeedForwardExperts) -> PackedExperts:
+def _pack_experts(experts: FeedForwardExperts) -> CPackedExperts:
     ffn = _round_up(experts.ffn, LANES)
     w_in = experts.w_in.detach()
     if experts.activation in GATED:
         halves = w_in.split(experts.ffn, dim=-1)
         w_in = torch.cat([F.pad(h, (0, ffn - experts.ffn)) for h in halves], dim=-1)
     w_out = F.pad(experts.w_out.detach(), (0, 0, 0, ffn - experts.ffn))
-    return PackedExperts(pack(w_in).contiguous(), pack(w_out).contiguous(), ffn)
+    return CPackedExperts(pack(w_in).contiguous(), pack(w_out).contiguous(), ffn)
 
 
-def packed(experts: FeedForwardExperts) -> PackedExperts:
+def packed(experts: FeedForwardExperts) -> CPackedExperts:
     """The experts' weights in the kernel's layout, packed again only when a weight changed."""
     return packed_once(_CACHE, experts, _pack_experts)
 

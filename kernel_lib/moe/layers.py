@@ -2,7 +2,7 @@
 
 Legend: T tokens (= B*S), D model, F ffn, E experts, K top-k.
 Layer types follow the seed's five (standard, sparse, switch, GLaM-style, adaptive); each is a
-preset of MoEConfig (`MoEConfig.for_layer_type`), which returns a new config and never edits one.
+preset of MoELayerConfig (`MoELayerConfig.for_layer_type`), which returns a new config and never edits one.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _enum(cls, name: str, value):
 
 
 @dataclass(frozen=True)
-class MoEConfig:
+class MoELayerConfig:
     hidden: int  # D
     ffn: int  # F, each expert's inner width
     num_experts: int = 8  # E
@@ -130,7 +130,9 @@ class MoEConfig:
             )
 
     @classmethod
-    def for_layer_type(cls, layer_type: str, *, sparsity: float = 0.25, **kwargs) -> MoEConfig:
+    def for_layer_type(
+        cls, layer_type: str, *, sparsity: float = 0.25, **kwargs
+    ) -> MoELayerConfig:
         """The preset of a seed layer type; kwargs are the caller's fields, overridden only where
         the type defines them (switch: top-1 + cf 1.0; sparse: K = min(K, int(E * sparsity)))."""
         kind = _enum(LayerType, "layer_type", layer_type)
@@ -161,7 +163,7 @@ class MoEOutput(NamedTuple):
     routing: Routing
 
 
-def build_router(cfg: MoEConfig) -> nn.Module:
+def build_router(cfg: MoELayerConfig) -> nn.Module:
     d, e, k = cfg.hidden, cfg.num_experts, cfg.top_k
     topk_kw = dict(score=cfg.score, renormalize=cfg.renormalize, noise_std=cfg.noise_std)
     return {
@@ -176,7 +178,7 @@ def build_router(cfg: MoEConfig) -> nn.Module:
     }[cfg.router]()
 
 
-def build_experts(cfg: MoEConfig) -> nn.Module:
+def build_experts(cfg: MoELayerConfig) -> nn.Module:
     d, f, e = cfg.hidden, cfg.ffn, cfg.num_experts
     if cfg.expert.value in ACTIVATIONS:
         return FeedForwardExperts(e, d, f, activation=cfg.expert.value)
@@ -191,7 +193,7 @@ def build_experts(cfg: MoEConfig) -> nn.Module:
 class MoELayer(nn.Module):
     """Route, apply capacity, dispatch, add shared experts. x: (T, D) -> MoEOutput."""
 
-    def __init__(self, cfg: MoEConfig):
+    def __init__(self, cfg: MoELayerConfig):
         super().__init__()
         self.cfg = cfg
         self.router = build_router(cfg)

@@ -36,7 +36,7 @@ def strategy_bars(frame: pd.DataFrame, *, case: str = "forward", ax=None):
 
 def expert_load(rows: list[dict], *, at: str = "", ax=None):
     """Tokens per expert, one group of bars per routing imbalance (with its CV in the legend);
-    `at`: the routing counted (`bench.load_text`)."""
+    `at`: the routing counted (`tables.load_text`)."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     frame = pd.DataFrame(rows)
     table = frame.pivot(index="expert", columns="imbalance", values="tokens")
@@ -52,7 +52,7 @@ def expert_load(rows: list[dict], *, at: str = "", ax=None):
 def load_over_steps(frame: pd.DataFrame, *, at: str = "", ax=None):
     """Busiest and idlest expert's load over the mean at each step, one colour per balancing
     (balancing.load_over_steps rows); 1 is a perfectly balanced step. `at`: what was routed
-    (`bench.balance_text`)."""
+    (`tables.balance_text`)."""
     ax = ax or plt.subplots(figsize=(8, 4))[1]
     for (balancing, data), color in zip(frame.groupby("balancing", sort=False), ("C3", "C0")):
         ax.plot(data["step"], data["max_over_mean"], color=color, label=f"{balancing}: busiest")

@@ -5,7 +5,7 @@ call (every ok record's with profile mode `all`) runs a few more times under `to
 report), the top ops by self time (device kernels where a device ran any), its phases in ms per
 call, and the overhead: a profiled call's time over the timed median.
 
-`measure.compare` hands over each timed candidate's call (`pending.remember`); `plan.Plan.run`
+`measure.check_then_time` hands over each timed candidate's call (`pending.remember`); `suite.Suite.run`
 profiles its section's records (`profiled`)."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def trace_name(record: Record) -> str:
 def _profiled(record: Record, directory: Path) -> Record:
     pending = take(record)
     if pending is None:
-        why = "profile: no timed call of measure.compare in this section to profile"
+        why = "profile: no timed call of measure.check_then_time in this section to profile"
         return dataclasses.replace(record, flags=record.flags + (why,))
     try:
         fn, device = pending

@@ -1,4 +1,4 @@
-"""The timed calls waiting for the profiled pass: `measure.compare` hands each one over
+"""The timed calls waiting for the profiled pass: `measure.check_then_time` hands each one over
 (`remember`) after timing it; `capture.profiled` takes them at the end of the section and forgets
 them all, so no tensor outlives its section. Nothing is kept when profiling is off."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib.records import verdict
+from kernel_lib.records import to_frame_with_verdict
 from kernel_lib.reportfiles import notebook_records, read_run
 
 RUN_FILE = "run.json"  # as kernel_lib.outdir.RUN_FILE
@@ -162,7 +162,6 @@ def _aggregate_one(group: pd.DataFrame) -> dict:
         # the envelope of the runs' 95 % intervals: a verdict holds only if it held in every run
         row["ratio_low"] = _min_or_none(ok.get("ratio_low"))
         row["ratio_high"] = _max_or_none(ok.get("ratio_high"))
-        row["verdict"] = verdict(row["ratio_vs_baseline"], row["ratio_low"], row["ratio_high"])
     if "check.pass" in group and group["check.pass"].notna().any():
         row["check.pass"] = bool(group["check.pass"].dropna().astype(bool).all())
     if "flags" in group:
@@ -193,12 +192,13 @@ def aggregate_records(folder: str | Path) -> pd.DataFrame:
     `spread_pct` (max - min over the median, %), rates and fractions as the median over the runs,
     `ratio_vs_baseline` (median) with `ratio_min`/`ratio_max` (the runs' ratios) and
     `ratio_low`/`ratio_high` (the envelope of the runs' 95 % intervals), `check.pass` (in every
-    run), and `flags` (each prefixed with its run)."""
+    run), `flags` (each prefixed with its run), and the `verdict` of that envelope (a verdict
+    holds only if it held in every run)."""
     records = run_records(folder)
     if records.empty:
         return pd.DataFrame(columns=[*IDENTITY, "status", "reason", "runs", "run_ids"])
     rows = [_aggregate_one(g) for _, g in records.groupby("record_id", sort=False)]
-    return pd.DataFrame(rows)
+    return to_frame_with_verdict(rows)
 
 
 def spread_table(records: pd.DataFrame) -> pd.DataFrame:

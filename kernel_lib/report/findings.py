@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from kernel_lib.headlines import headline
-from kernel_lib.records import shape_text
+from kernel_lib.records import record_shape, shape_key
 
 HEADLINE_COLUMNS = [
     "topic", "key", "title", "platform", "status", "reason", "kind", "value", "low", "high",
@@ -40,7 +40,8 @@ def headline_rows(records: pd.DataFrame, platform: str) -> pd.DataFrame:
     shape): its key and title, kind `ratio` (against a baseline: faster or slower) or `ceiling` (a
     fraction of what it can at best reach, named in `against`), value with its 95 % interval
     (low/high), verdict, for a repeated report runs and run_min/run_max (the runs' figures), the
-    implementation, dtype and shape it was measured at, and its measurement flags."""
+    implementation, dtype and shape (a dict, `record_shape`) it was measured at, and its
+    measurement flags."""
     if records.empty or "headline" not in records:
         return pd.DataFrame(columns=HEADLINE_COLUMNS)
     rows = []
@@ -77,12 +78,13 @@ def headline_rows(records: pd.DataFrame, platform: str) -> pd.DataFrame:
                 "run_max": _scaled(r.get("ratio_max"), scale) if ratio is not None else None,
                 "implementation": _text(r.get("implementation")),
                 "dtype": _text(r.get("dtype")),
-                "shape": shape_text(r),
+                "shape": record_shape(r),
                 "flags": tuple(r["flags"]) if isinstance(r.get("flags"), (list, tuple)) else (),
             }
         )
     frame = pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
-    return frame.drop_duplicates(["key", "platform", "dtype", "shape"])
+    same = frame.assign(shape=frame["shape"].map(shape_key))
+    return frame[~same.duplicated(["key", "platform", "dtype", "shape"])]
 
 
 def figure_text(row: pd.Series) -> str:
@@ -106,7 +108,7 @@ def figure_text(row: pd.Series) -> str:
 
 def measured_at(row: pd.Series) -> str:
     """'dispatch_fused_c bfloat16 D=512,E=8,...': what produced a headline, at which size."""
-    return " ".join(p for p in (row["implementation"], row["dtype"], row["shape"]) if p)
+    return " ".join(p for p in (row["implementation"], row["dtype"], shape_key(row["shape"])) if p)
 
 
 def headlines(records: pd.DataFrame, platform: str = "") -> list[str]:

@@ -1,18 +1,21 @@
 """The gallery: `outputs/index.html` puts every report folder under outputs/ side by side. Its first
 screen lists the platforms, then each topic's declared headlines as small multiples, one panel per
 headline key with a bar per platform (each labelled with the dtype and shape it was measured at),
-then the same figures as a table. Built from saved records and run.json files only, so
-`python -m kernel_lib report` rebuilds everything without running a notebook."""
+then the same figures as a table. A check run at CI sizes (`outputs/reference`, the nbval
+reference set) is listed apart, under its own heading: its toy sizes time nothing worth a bar.
+Built from saved records and run.json files only, so `python -m kernel_lib report` rebuilds
+everything without running a notebook."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
 from kernel_lib.params import ParameterError
-from kernel_lib.report.aggregate import RUN_FILE, counts
+from kernel_lib.report.aggregate import counts
 from kernel_lib.report.findings import (
     HEADLINE_COLUMNS,
     correctness_summary,
@@ -23,9 +26,8 @@ from kernel_lib.report.findings import (
 from kernel_lib.report.markup import details, link, page, table, text
 from kernel_lib.report.pages import panels_html
 from kernel_lib.report.phases import gallery_phase_images
-from kernel_lib.report.read import report_folders, report_records
+from kernel_lib.report.read import REFERENCE_PLATFORM, Report, read_report, report_folders
 from kernel_lib.report.trends import store_trends
-from kernel_lib.reportfiles import read_run
 from kernel_lib.writes import report_holding, write_text
 
 GALLERY = "index.html"
@@ -56,7 +58,8 @@ def check_gallery(folder: Path, option: str) -> Path:
     return target
 
 
-def _platform_row(outputs: Path, folder: Path, run: dict, records: pd.DataFrame) -> dict:
+def _platform_row(outputs: Path, report: Report) -> dict:
+    folder, run, records = report
     env = run.get("environment", {})
     statuses = [nb["status"] for nb in run.get("notebooks", [])]
     checks = correctness_summary(records).sum(numeric_only=True)
@@ -112,22 +115,35 @@ def headline_table(rows: pd.DataFrame, platforms: list[str]) -> pd.DataFrame:
     return frame
 
 
-def build_gallery(outputs: str | Path) -> Path:
+def _check_runs(outputs: Path, checks: list[Report]) -> str:
+    """The check runs at CI sizes, apart from the platforms: what they are, and a row each."""
+    if not checks:
+        return ""
+    listing = pd.DataFrame([_platform_row(outputs, r) for r in checks])
+    listing = listing.rename(columns={"platform": "check run"})
+    return f"""<h2>Check run at CI sizes</h2>
+<p>Every notebook run at the tiny sizes of <code>parameters/{REFERENCE_PLATFORM}.yaml</code>, so
+that nbval can check its outputs (<code>make reference</code>): it checks the code, it measures
+nothing, and its figures are not among the platforms' panels.</p>
+{table(listing, raw=tuple(listing.columns))}"""
+
+
+def build_gallery(outputs: str | Path, reports: Iterable[Report] = ()) -> Path:
     """Write `outputs/index.html`: every report folder under `outputs` (device, date, git revision,
     notebook statuses, checks, links) and each topic's declared headlines side by side across
-    platforms, as small multiples and as a table. ParameterError when outputs/index.html is
-    not a gallery (`check_gallery`)."""
+    platforms, as small multiples and as a table; the check runs at CI sizes apart, without
+    figures. A folder among `reports` (read by `pages.rebuild_reports` or the runner) is not
+    read again. ParameterError when outputs/index.html is not a gallery (`check_gallery`)."""
     outputs = Path(outputs)
     target = check_gallery(outputs, "gallery:")
-    folders = report_folders(outputs)
-    listing, frames, profiles = [], [], {}
-    for folder in folders:
-        run = read_run(folder / RUN_FILE)
-        records = report_records(folder)
-        listing.append(_platform_row(outputs, folder, run, records))
-        frames.append(headline_rows(records, folder.name))
-        profiles[folder.name] = records
-    platforms = [f.name for f in folders]
+    known = {r.folder.resolve(): r for r in reports}
+    read = [known.get(f.resolve()) or read_report(f) for f in report_folders(outputs)]
+    checks = [r for r in read if r.run.get("platform") == REFERENCE_PLATFORM]
+    measured = [r for r in read if r.run.get("platform") != REFERENCE_PLATFORM]
+    listing = [_platform_row(outputs, r) for r in measured]
+    frames = [headline_rows(r.records, r.folder.name) for r in measured]
+    profiles = {r.folder.name: r.records for r in measured}
+    platforms = [r.folder.name for r in measured]
     frames = [f for f in frames if len(f)]
     rows = (
         pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=HEADLINE_COLUMNS)
@@ -135,11 +151,11 @@ def build_gallery(outputs: str | Path) -> Path:
     listing_html = (
         table(pd.DataFrame(listing), raw=tuple(listing[0]))
         if listing
-        else "<p>No report folder (with a run.json) under this folder yet.</p>"
+        else "<p>No platform's report folder (with a run.json) under this folder yet.</p>"
     )
     if len(rows):
         shown = headline_table(rows, platforms)
-        trends, trends_note = store_trends(outputs)
+        trends, trends_note = store_trends(outputs, leave_out=REFERENCE_PLATFORM)
         phases, no_phases = gallery_phase_images(profiles)
         headlines_html = (
             trends_note
@@ -154,7 +170,8 @@ def build_gallery(outputs: str | Path) -> Path:
     else:
         headlines_html = "<p>No report declares a headline yet.</p>"
     body = f"""<p>Every report folder under <code>{html.escape(outputs.name)}/</code>, and each topic's
-declared headlines side by side: one panel per headline, a bar per platform. Ratios are baseline /
+declared headlines side by side: one panel per headline, a bar per platform (a check run at CI
+sizes is listed apart, below the platforms). Ratios are baseline /
 subject per interleaved round, median, with a 95 % interval (&gt; 1: the subject is faster); a
 repeated report shows the median over its runs. Under a panel's bars, where the results store
 (<code>python -m kernel_lib history</code>) holds the headline from two runs or more: its trend
@@ -162,6 +179,7 @@ over the runs, a black diamond where torch, the device or the allocator changed;
 reports were profiled, where the time goes: each platform's phases of a profiled call. Rebuilt from
 records by <code>python -m kernel_lib report</code>.</p>
 <h2>Platforms</h2>{listing_html}
+{_check_runs(outputs, checks)}
 <h2>Headlines</h2>{headlines_html}"""
     write_text(target, page(TITLE, body))
     return target

@@ -10,6 +10,7 @@ import nbformat
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kernel_lib.records import shape_key
 from kernel_lib.report.findings import figure_text, headline_rows, measured_at, number
 from kernel_lib.report.markup import png_data_uri
 from kernel_lib.report.panels import bar
@@ -26,7 +27,9 @@ def findings_figure(rows: pd.DataFrame) -> Figure:
     ax = fig.subplots()
     for y, (_, row) in enumerate(ok.iterrows()):
         bar(ax, y, row)
-    labels = [textwrap.shorten(f"{t} · {s}", 75) for t, s in zip(ok["title"], ok["shape"])]
+    labels = [
+        textwrap.shorten(f"{t} · {shape_key(s)}", 75) for t, s in zip(ok["title"], ok["shape"])
+    ]
     ax.set_yticks(range(len(ok)), labels, fontsize=7)
     ax.set_ylim(len(ok) - 0.5, -0.5)
     ax.axvline(1.0, color="k", lw=1, ls="--")

@@ -25,7 +25,7 @@ from kernel_lib.report.findings import (
 from kernel_lib.report.markup import details, page, png_data_uri, table, text
 from kernel_lib.report.panels import COLOURS, panels
 from kernel_lib.report.phases import report_phases_html
-from kernel_lib.report.read import read_report, report_folders
+from kernel_lib.report.read import Report, read_report, report_folders
 
 LEGEND = (
     "Ratios: " + ", ".join(f'<span style="color:{c}">■</span> {v}' for v, c in COLOURS.items())
@@ -272,26 +272,31 @@ def _repeated(folder: Path, run: dict, records: pd.DataFrame) -> Path:
     return index
 
 
-def build_report(folder: str | Path, report: tuple[dict, pd.DataFrame] | None = None) -> Path:
+def build_report(folder: str | Path, report: Report | None = None) -> Path:
     """Write index.html, SUMMARY.md and results.csv into a report folder from `report` (default:
     its `read_report`, so that a damaged file stops it before anything is written); return
     index.html."""
     folder = Path(folder)
-    run, records = report or read_report(folder)
+    _, run, records = report or read_report(folder)
     if run.get("repeat", 1) > 1:  # run --repeat N: the aggregate of run-1/ ... run-N/
         return _repeated(folder, run, records)
     return _single(folder, run, records)
 
 
-def rebuild_reports(folders: list[str | Path] | None = None, *, outputs: str | Path) -> list[Path]:
+def rebuild_reports(
+    folders: list[str | Path] | None = None, *, outputs: str | Path
+) -> list[Report]:
     """Rebuild the reports of `folders` (default: every report folder under `outputs`) from their
     records: a repeated report's runs first, then its aggregate. Every file is read, and checked,
-    before any report is written. Returns the index.html files."""
+    before any report is written. Returns the reports as read, for the gallery
+    (`gallery.build_gallery`) to show without reading them again."""
     folders = [Path(f) for f in folders] if folders else report_folders(outputs)
     targets = [
         target
         for folder in folders
         for target in (*(run_folders(folder) if repeat_of(folder) > 1 else ()), folder)
     ]
-    reports = [(target, read_report(target)) for target in targets]
-    return [build_report(target, report) for target, report in reports]
+    reports = [read_report(target) for target in targets]
+    for report in reports:
+        build_report(report.folder, report)
+    return reports

@@ -34,8 +34,7 @@ class Panel:
 
 def _fields(row: pd.Series) -> dict:
     """A headline row's dtype and shape parameters, by name."""
-    shape = dict(p.split("=", 1) for p in row["shape"].split(",") if "=" in p)
-    return {"dtype": row["dtype"], **shape}
+    return {"dtype": row["dtype"], **row["shape"]}
 
 
 def _labels(rows: pd.DataFrame) -> list[str]:

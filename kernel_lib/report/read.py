@@ -5,13 +5,17 @@ written."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
 from kernel_lib.report.aggregate import RUN_FILE, aggregate_records, repeat_of
 from kernel_lib.reportfiles import notebook_records, read_run, read_table
 
-# What a report shows from its run.json, beyond the notebooks' own rows (reportfiles.Run).
+# The platform file of the check run at CI sizes (`make reference`: outputs/reference, the nbval
+# reference set): its reports are checks, never set beside the platforms' figures.
+REFERENCE_PLATFORM = "ci"
+# What a report shows from its run.json, beyond the notebooks' own rows (reportfiles.RunInfo).
 RUN_KEYS = (
     "platform", "parameters", "started_utc", "finished_utc", "git", "command", "environment",
     "notebooks",
@@ -26,14 +30,17 @@ def report_folders(outputs: str | Path) -> list[Path]:
     return sorted(p for p in outputs.iterdir() if p.is_dir() and (p / RUN_FILE).exists())
 
 
-def report_records(folder: str | Path) -> pd.DataFrame:
-    """A report's records with a `notebook` column: from its `<notebook>.results.json` files; for a
-    repeated report, the aggregate over its runs (`aggregate.aggregate_records`); where the JSON
-    files are not kept (outputs/reference in git), from its results.csv."""
+def report_records(
+    folder: str | Path, read: dict[str, pd.DataFrame] | None = None
+) -> pd.DataFrame:
+    """A report's records with a `notebook` column: from its `<notebook>.results.json` files (those
+    of `read`'s notebooks as already read); for a repeated report, the aggregate over its runs
+    (`aggregate.aggregate_records`); where the JSON files are not kept (outputs/reference in
+    git), from its results.csv."""
     folder = Path(folder)
     if repeat_of(folder) > 1:
         return aggregate_records(folder)
-    records = notebook_records(folder)
+    records = notebook_records(folder, read)
     if not records.empty:
         return records
     table = folder / "results.csv"
@@ -41,8 +48,22 @@ def report_records(folder: str | Path) -> pd.DataFrame:
     return records if len(records.columns) else pd.DataFrame(columns=["notebook", "status"])
 
 
-def read_report(folder: str | Path) -> tuple[dict, pd.DataFrame]:
+class Report(NamedTuple):
+    """A report folder read once, for its pages and the gallery: its run.json and records."""
+
+    folder: Path
+    run: dict
+    records: pd.DataFrame
+
+    @property
+    def index(self) -> Path:
+        return self.folder / "index.html"
+
+
+def read_report(folder: str | Path, read: dict[str, pd.DataFrame] | None = None) -> Report:
     """A report folder's run.json and records, with a `notebook` column (a repeated report: the
-    aggregate over its runs); ParameterError for a damaged file."""
+    aggregate over its runs; `read`: notebooks' records already read, by name, as the runner's
+    findings cells read them); ParameterError for a damaged file."""
     folder = Path(folder)
-    return read_run(folder / RUN_FILE, required=RUN_KEYS), report_records(folder)
+    run = read_run(folder / RUN_FILE, required=RUN_KEYS)
+    return Report(folder, run, report_records(folder, read))

@@ -77,13 +77,15 @@ def draw_trend(ax, rows: pd.DataFrame) -> list[str]:
     return caption
 
 
-def store_trends(outputs: Path) -> tuple[pd.DataFrame | None, str]:
-    """The trend rows of the store beside the gallery of `outputs` (None without one), and the
-    HTML line that says why there are none when the store cannot be read ('' otherwise)."""
+def store_trends(outputs: Path, leave_out: str = "") -> tuple[pd.DataFrame | None, str]:
+    """The trend rows of the store beside the gallery of `outputs` (None without one), but those
+    of the platform `leave_out`, and the HTML line that says why there are none when the store
+    cannot be read ('' otherwise)."""
     path = store.store_path(report=Path(outputs) / "index.html")
     if path is None or not path.exists():
         return None, ""
     try:
-        return trend_rows(path), ""
+        rows = trend_rows(path)
+        return rows[rows["platform"] != leave_out], ""
     except (ParameterError, sqlite3.Error) as err:
         return None, f"<p>No trends in the panels: {html.escape(str(err))}</p>"

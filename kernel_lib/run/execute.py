@@ -2,7 +2,7 @@
 
 Each notebook ends `ok`, `failed` (cell and error line), `timed out`, `kernel died`, `stopped`
 (Ctrl-C, or the device plan's time budget: the sections it finished keep their records, which
-`Plan.run` saves as each ends), or `skipped` (it ran cleanly and every record it saved is skipped:
+`Suite.run` saves as each ends), or `skipped` (it ran cleanly and every record it saved is skipped:
 its hardware is absent). A cell that raises does not stop its notebook: the cells after it still
 run, so one failed check or crashed section costs neither the other sections' figures nor the
 records (the last cell saves them); the notebook is `failed` with its first error.

@@ -8,11 +8,12 @@ import re
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 from nbconvert import HTMLExporter
 
-from kernel_lib.records import RESULTS_SUFFIX, to_frame_with_verdict
+from kernel_lib.records import RESULTS_SUFFIX
 from kernel_lib.report.lead import with_findings
-from kernel_lib.reportfiles import read_results
+from kernel_lib.reportfiles import results_frame
 
 # A tqdm bar ("desc:  40%|████      | 6/15 [00:01<00:01,  4.94it/s]", or "12it [00:03, 3.9it/s]")
 # and the terminal escapes tqdm writes between bars (cursor up, erase line).
@@ -44,15 +45,17 @@ def without_progress_bars(nb):
     return nb
 
 
-def lead_with_findings(notebook: Path, platform: str) -> None:
+def lead_with_findings(notebook: Path, platform: str) -> pd.DataFrame | None:
     """Put what the executed notebook found (its saved records' declared headlines and their
-    plot) after its title; a notebook that saved no records is left as it is."""
+    plot) after its title, and return those records (`results_frame`: the runner hands them on
+    to the report); a notebook that saved no records is left as it is (None)."""
     results = notebook.with_name(notebook.stem + RESULTS_SUFFIX)
     if not results.exists():
-        return
-    records = to_frame_with_verdict(read_results(results))
+        return None
+    records = results_frame(results)
     nb = with_findings(nbformat.read(notebook, as_version=4), records, platform)
     nbformat.write(nb, str(notebook))
+    return records
 
 
 def to_html(notebook: Path) -> Path:

@@ -91,12 +91,12 @@ def fp64(*tensors: torch.Tensor):
 def flex_bench_config(**changes):
     """The attention config of the FLEX_SHAPE cases (window 17, flex_config's prefix), with
     `changes`."""
-    from kernel_lib.attention.config import AttentionConfig
+    from kernel_lib.attention.config import AttentionBenchConfig
 
     shape = {"batch": FLEX_SHAPE.batch, "heads": FLEX_SHAPE.heads}
     shape |= {"seq_len": FLEX_SHAPE.seq_len, "head_dim": FLEX_SHAPE.head_dim}
     windows = {"window": 17, "windows": (17,), "windows_seq_len": FLEX_SHAPE.seq_len}
-    return AttentionConfig(**shape, **windows | {"prefix_len": 30} | changes)
+    return AttentionBenchConfig(**shape, **windows | {"prefix_len": 30} | changes)
 
 
 def _tiles(counts: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,9 @@ import matplotlib.pyplot as plt
 import pytest
 
 from kernel_lib import records as rec
-from kernel_lib.attention import bench, bench_decode, plain, plan, plots
+from kernel_lib.attention import bench, bench_decode, bench_sweeps, candidates, plain, plots, suite
 from kernel_lib.attention.baselines import SDPA_BACKENDS
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.shapes import AttentionShape, attention_flops
 from kernel_lib.checks import Unsupported
@@ -59,7 +59,7 @@ PARAMS = {
 
 @pytest.fixture(scope="module")
 def records():
-    return plan.suite(PARAMS)
+    return suite.run_suite(PARAMS)
 
 
 def _by_key(records, dtype="float32"):
@@ -80,7 +80,7 @@ def test_ratios_are_over_the_best_of_every_sdpa_backends_record(records, dtype):
     by_key = _by_key(records, dtype)
     sdpa = [by_key[("causal", b, "forward")] for b in SDPA_BACKENDS]
     assert all(r.status == "ok" or (r.status == "skipped" and r.reason) for r in sdpa)
-    flex = by_key[("causal", bench.FLEX, "forward")]
+    flex = by_key[("causal", candidates.FLEX, "forward")]
     ran = [r for r in sdpa if r.status == "ok"]
     assert flex.baseline == min(ran, key=lambda r: r.median_ms).implementation
     assert flex.ratio_vs_baseline > 0 and flex.metrics["dense_flops"] > flex.flops
@@ -88,15 +88,17 @@ def test_ratios_are_over_the_best_of_every_sdpa_backends_record(records, dtype):
 
 @pytest.mark.parametrize("dtype", PARAMS["attn_causal_dtypes"])
 def test_flash_backend_is_a_causal_candidate_skipped_with_its_reason(records, dtype):
-    flash = _by_key(records, dtype)[("causal", bench.FLEX_FLASH, "forward")]
+    flash = _by_key(records, dtype)[("causal", candidates.FLEX_FLASH, "forward")]
     assert flash.status == "skipped" and "NVIDIA GPU" in flash.reason
-    assert not [r for r in records if r.implementation == bench.FLEX_FLASH and r.case != "causal"]
+    assert not [
+        r for r in records if r.implementation == candidates.FLEX_FLASH and r.case != "causal"
+    ]
 
 
 def test_fp32_sdpa_math_past_the_score_memory_is_skipped_under_its_id(monkeypatch, cpu_facts):
     """As fp32 at S=8192 on a GPU (16 GiB of scores): math is skipped with the reason, its record
     id unchanged, and flex's ratio comes from the SDPA backends that ran."""
-    cfg = AttentionConfig.from_params(PARAMS)
+    cfg = AttentionBenchConfig.from_params(PARAMS)
     case = partial(
         bench.forward_case,
         cfg,
@@ -116,13 +118,14 @@ def test_fp32_sdpa_math_past_the_score_memory_is_skipped_under_its_id(monkeypatc
     assert "GiB of scores" in by_name["sdpa_math"].reason
     ran = [by_name[b] for b in SDPA_BACKENDS if by_name[b].status == "ok"]
     assert (
-        ran and by_name[bench.FLEX].baseline == min(ran, key=lambda r: r.median_ms).implementation
+        ran
+        and by_name[candidates.FLEX].baseline == min(ran, key=lambda r: r.median_ms).implementation
     )
 
 
 def test_pattern_records_carry_the_dense_equivalent_rate(records):
     # the notebook's TFLOP/s plot reads it (a second with_metrics without it once broke nbval)
-    flex = _by_key(records)[("causal", bench.FLEX, "forward")]
+    flex = _by_key(records)[("causal", candidates.FLEX, "forward")]
     dense = flex.metrics["dense_flops"] / flex.median_ms / 1e9
     assert flex.metrics["dense_tflops"] == pytest.approx(dense)
 
@@ -133,14 +136,14 @@ def test_headline_is_flex_causal_forward_in_each_causal_dtype(records):
     ]
     # the dtype in every key: a platform whose attn_dtype is bf16 lines up with this one
     assert [h for h in headlines if h[0] == "causal"] == [
-        ("causal", bench.FLEX, "forward", "float32", "flex.causal_vs_sdpa.float32"),
-        ("causal", bench.FLEX, "forward", "bfloat16", "flex.causal_vs_sdpa.bfloat16"),
+        ("causal", candidates.FLEX, "forward", "float32", "flex.causal_vs_sdpa.float32"),
+        ("causal", candidates.FLEX, "forward", "bfloat16", "flex.causal_vs_sdpa.bfloat16"),
     ]
 
 
 def test_decode_and_paged_headlines_are_their_flex_forward(records):
     declared = {r.headline: (r.case, r.implementation, r.mode) for r in records if r.headline}
-    assert declared[bench_decode.DECODE_HEADLINE] == ("gqa_decode", bench.FLEX, "forward")
+    assert declared[bench_decode.DECODE_HEADLINE] == ("gqa_decode", candidates.FLEX, "forward")
     paged = ("paged_gqa_decode", bench_decode.FLEX_PAGED, "forward")
     assert declared[bench_decode.PAGED_HEADLINE] == paged
 
@@ -149,7 +152,7 @@ def test_causal_in_another_dtype_is_tuned_checked_and_timed_in_it(records):
     """attn_dtype's causal case is the pattern section's; bf16 gets its own variants (the fp32
     upcast among them) and its own comparison against the best SDPA backend in bf16."""
     by_key = _by_key(records, "bfloat16")
-    flex = by_key[("causal", bench.FLEX, "forward")]
+    flex = by_key[("causal", candidates.FLEX, "forward")]
     assert flex.metrics["section"] == "causal_dtypes" and flex.check["pass"]
     assert flex.baseline.startswith("sdpa") and by_key[("causal", flex.baseline, "forward")]
     tuned = {
@@ -157,8 +160,10 @@ def test_causal_in_another_dtype_is_tuned_checked_and_timed_in_it(records):
         for r in records
         if r.dtype == "bfloat16" and r.metrics.get("section") == "flex_variants"
     }
-    variants = [bench.variant_name(FlexVariant(FLEX_BLOCK, upcast)) for upcast in (False, True)]
-    assert {*variants, bench.PLAIN} <= tuned
+    variants = [
+        candidates.variant_name(FlexVariant(FLEX_BLOCK, upcast)) for upcast in (False, True)
+    ]
+    assert {*variants, candidates.PLAIN} <= tuned
     assert flex.variant in variants
     sections = {r.metrics.get("section") for r in records if r.dtype == "float32"}
     assert "causal_dtypes" not in sections  # attn_dtype's case is the pattern section's
@@ -167,13 +172,13 @@ def test_causal_in_another_dtype_is_tuned_checked_and_timed_in_it(records):
 def test_skips_have_reasons(records):
     by_key = _by_key(records)
     assert by_key[("softcap", "sdpa_math", "forward")].status == "skipped"
-    assert by_key[("causal", bench.FLEX, "forward_backward")].reason.startswith("backward")
+    assert by_key[("causal", candidates.FLEX, "forward_backward")].reason.startswith("backward")
     assert "not installed" in by_key[("causal", "flash_attn_2", "forward")].reason
 
 
 def test_window_sweep_is_over_causal_flex(records):
-    flex = _by_key(records)[("causal_sliding_window_w17", bench.FLEX, "forward")]
-    assert flex.baseline == bench.FLEX_CAUSAL and flex.metrics["ideal_speedup"] > 1
+    flex = _by_key(records)[("causal_sliding_window_w17", candidates.FLEX, "forward")]
+    assert flex.baseline == bench_sweeps.FLEX_CAUSAL and flex.metrics["ideal_speedup"] > 1
 
 
 def test_the_window_sweep_and_its_tuning_run_at_windows_seq_len(cpu_facts, monkeypatch):
@@ -182,7 +187,7 @@ def test_the_window_sweep_and_its_tuning_run_at_windows_seq_len(cpu_facts, monke
     the fixture's causal tuning; here it answers without compiling the second tile)."""
     long = 2 * FLEX_SHAPE.seq_len
     cfg = dataclasses.replace(
-        AttentionConfig.from_params(PARAMS),
+        AttentionBenchConfig.from_params(PARAMS),
         windows_seq_len=long,
         block_sizes=(FLEX_BLOCK, 2 * FLEX_BLOCK),
     )
@@ -192,8 +197,8 @@ def test_the_window_sweep_and_its_tuning_run_at_windows_seq_len(cpu_facts, monke
         asked.append((pattern, seq_len))
         return FlexVariant(FLEX_BLOCK), []
 
-    monkeypatch.setattr(bench, "tune_flex", tune_flex)
-    records = bench.window_sweep(cfg, facts=cpu_facts, variant=FlexVariant(FLEX_BLOCK))
+    monkeypatch.setattr(bench_sweeps, "tune_flex", tune_flex)
+    records = bench_sweeps.window_sweep(cfg, facts=cpu_facts, variant=FlexVariant(FLEX_BLOCK))
     assert asked == [("causal_sliding_window", long)]
     timed = [r for r in records if r.status == "ok" and r.mode == "forward"]
     assert {r.case for r in timed} == {"causal_sliding_window_w17"}
@@ -205,17 +210,22 @@ def test_one_variant_runs_the_band_as_causal_without_tuning(records):
     sweep runs the causal variant."""
     tuned = {r.case for r in records if r.metrics.get("section") == "flex_variants"}
     assert tuned == {"causal"}
-    chosen = _by_key(records)[("causal", bench.FLEX, "forward")].variant
-    assert _by_key(records)[("causal_sliding_window_w17", bench.FLEX, "forward")].variant == chosen
+    chosen = _by_key(records)[("causal", candidates.FLEX, "forward")].variant
+    assert (
+        _by_key(records)[("causal_sliding_window_w17", candidates.FLEX, "forward")].variant
+        == chosen
+    )
 
 
 def test_flex_records_name_the_variant_they_ran(records):
     by_key = _by_key(records)
-    chosen = bench.variant_name(FlexVariant(FLEX_BLOCK))
-    for key in [("causal", bench.FLEX, "forward"), ("causal_sliding_window_w17", bench.FLEX, "forward"),
-                ("causal_sliding_window_w17", bench.FLEX_CAUSAL, "forward")]:  # fmt: skip
+    chosen = candidates.variant_name(FlexVariant(FLEX_BLOCK))
+    for key in [("causal", candidates.FLEX, "forward"), ("causal_sliding_window_w17", candidates.FLEX, "forward"),
+                ("causal_sliding_window_w17", bench_sweeps.FLEX_CAUSAL, "forward")]:  # fmt: skip
         assert by_key[key].variant == chosen, key
-    assert by_key[("causal", bench.PLAIN, "forward")].status == "ok"  # the tuning's comparator
+    assert (
+        by_key[("causal", candidates.PLAIN, "forward")].status == "ok"
+    )  # the tuning's comparator
 
 
 def test_first_calls_carry_their_check(records):
@@ -226,7 +236,7 @@ def test_first_calls_carry_their_check(records):
 def test_naive_skipped_when_scores_too_large():
     huge = _Huge()
     with pytest.raises(Unsupported, match="GiB of scores"):
-        bench._naive(huge, huge, huge, config=flex_config("causal"))
+        candidates._naive(huge, huge, huge, config=flex_config("causal"))
 
 
 class _Huge:

@@ -6,9 +6,9 @@ parameters refused with their names."""
 import pytest
 import torch
 
-from kernel_lib.attention import bench_gym
+from kernel_lib.attention import bench_gym, tables
 from kernel_lib.attention.checks import rows_check
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.measure import MIN_ROUNDS
 from kernel_lib.platform import device_facts
 from tests.attention.conftest import flex_bench_config
@@ -66,7 +66,7 @@ def test_activation_runs_naive_and_skips_sdpa_and_cpu_flex_with_reasons(records)
 
 
 def test_temporal_heads_sparsity_table_flex_equals_reference():
-    table = bench_gym.temporal_heads_sparsity(CFG, block_size=32)
+    table = tables.temporal_heads_sparsity(CFG, block_size=32)
     assert list(table.index) == ["spatial heads", "temporal heads", "all"]
     assert (table["flex_%"] == table["reference_%"]).all()
 
@@ -97,7 +97,7 @@ def test_row_sampled_check_has_teeth():
 )
 def test_bad_parameters_are_named(field, value):
     with pytest.raises(ValueError, match=f"attn_{field}"):
-        AttentionConfig(**{field: value})
+        AttentionBenchConfig(**{field: value})
 
 
 def test_naive_baselines_refuse_scores_over_the_memory_limit(monkeypatch):

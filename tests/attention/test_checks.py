@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from kernel_lib.attention import bench, flex, patterns
+from kernel_lib.attention import bench, candidates, flex, patterns
 from kernel_lib.attention.baselines import sdpa_attention
 from kernel_lib.attention.checks import (
     TOLERANCES,
@@ -13,12 +13,12 @@ from kernel_lib.attention.checks import (
     correctness_table,
     forward_check,
 )
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.patterns import PatternConfig
 
 from .conftest import FLEX_BLOCK, FLEX_SHAPE, qkv_for
 
-CFG = AttentionConfig(
+CFG = AttentionBenchConfig(
     batch=FLEX_SHAPE.batch,
     heads=FLEX_SHAPE.heads,
     seq_len=FLEX_SHAPE.seq_len,
@@ -55,14 +55,14 @@ def test_causal_mask_replaced_by_full_is_wrong(monkeypatch, cpu_facts):
     )
     flex._pattern.cache_clear()
     status = {(r.implementation, r.mode): r.status for r in records}
-    assert status[(bench.FLEX, "forward")] == "wrong"
-    assert status[(bench.FLEX, "first_call")] == "wrong"  # the compile's output, checked too
+    assert status[(candidates.FLEX, "forward")] == "wrong"
+    assert status[(candidates.FLEX, "first_call")] == "wrong"  # the compile's output, checked too
     assert status[("sdpa_math", "forward")] == "wrong"  # SDPA took the pattern as full too
-    assert status[(bench.NAIVE, "forward")] == "ok"  # the dense mask was left intact
+    assert status[(candidates.NAIVE, "forward")] == "ok"  # the dense mask was left intact
     # shown as FAIL, not raised: the notebook goes on to save them and the runner fails it
     table = correctness_table(records)
-    assert table.loc[("causal", "forward"), bench.FLEX] == "FAIL"
-    assert table.loc[("causal", "forward"), bench.NAIVE] == "PASS"
+    assert table.loc[("causal", "forward"), candidates.FLEX] == "FAIL"
+    assert table.loc[("causal", "forward"), candidates.NAIVE] == "PASS"
 
 
 def test_wrong_gradient_fails_the_backward_check():

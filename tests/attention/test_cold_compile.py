@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lib.attention import bench, cold_compile
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention import bench, candidates, cold_compile
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.flex import FlexVariant
 
 from .conftest import FLEX_BLOCK, flex_bench_config
@@ -47,11 +47,11 @@ def test_cold_compile_record_is_timed_once_checked_and_labelled(monkeypatch, cpu
     assert (record.mode, record.case, record.implementation) == (
         "cold_compile",
         "causal",
-        bench.FLEX,
+        candidates.FLEX,
     )
     assert record.status == "ok" and record.reps == 1 and record.check["pass"], record.reason
     assert record.metrics["section"] == "compile" and record.metrics["block_size"] == FLEX_BLOCK
-    assert record.variant == bench.variant_name(VARIANT)
+    assert record.variant == candidates.variant_name(VARIANT)
 
 
 def test_a_wrong_output_from_the_fresh_process_is_wrong(monkeypatch, cpu_facts):
@@ -77,5 +77,5 @@ def test_unsupported_is_skipped_and_a_crash_failed(
 
 
 def test_off_by_parameter(cpu_facts):
-    cfg = AttentionConfig(cold_compile=False)
+    cfg = AttentionBenchConfig(cold_compile=False)
     assert bench.cold_compile_case(cfg, facts=cpu_facts, variant=VARIANT) == []

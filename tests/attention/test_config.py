@@ -1,21 +1,23 @@
-"""AttentionConfig: the notebook's attn_* parameters, validated with the parameter's name."""
+"""AttentionBenchConfig: the notebook's attn_* parameters, validated with the parameter's name."""
 
 import dataclasses
 
 import pytest
 
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.patterns import GYM_PATTERNS, PATTERNS, SPEC_PATTERNS
 
 
 def test_from_params_strips_the_prefix_and_keeps_defaults():
-    cfg = AttentionConfig.from_params({"attn_seq_len": 512, "attn_patterns": ["causal"], "x": 1})
+    cfg = AttentionBenchConfig.from_params(
+        {"attn_seq_len": 512, "attn_patterns": ["causal"], "x": 1}
+    )
     assert cfg.seq_len == 512 and cfg.patterns == ("causal",) and cfg.batch == 1
     assert cfg.shape(128).seq_len == 128 and cfg.pattern("document").num_docs == cfg.num_docs
 
 
 def test_defaults_cover_every_pattern():
-    cfg = AttentionConfig()
+    cfg = AttentionBenchConfig()
     assert set(cfg.patterns) | set(GYM_PATTERNS) | set(SPEC_PATTERNS) == set(PATTERNS)
     # the gym families run in their sections (SPEC_PATTERNS: bench_gym's jetspec, Lq != Lk)
     assert not set(cfg.patterns) & set(GYM_PATTERNS + SPEC_PATTERNS)
@@ -42,19 +44,19 @@ def test_defaults_cover_every_pattern():
 ])  # fmt: skip
 def test_bad_parameters_name_themselves(field, value, match):
     with pytest.raises(ValueError, match=match):
-        dataclasses.replace(AttentionConfig(), **{field: value})
+        dataclasses.replace(AttentionBenchConfig(), **{field: value})
 
 
 def test_optional_extras_may_be_empty():  # the other dtypes of causal, the timed gym patterns
-    assert AttentionConfig(causal_dtypes=[], gym_patterns=[]).gym_patterns == ()
+    assert AttentionBenchConfig(causal_dtypes=[], gym_patterns=[]).gym_patterns == ()
 
 
 def test_any_head_dim_is_accepted():
-    assert AttentionConfig(head_dim=40).shape().head_dim == 40
+    assert AttentionBenchConfig(head_dim=40).shape().head_dim == 40
 
 
 def test_memory_needs_count_the_reference_in_chunks_not_the_dense_score_matrix():
-    cfg = AttentionConfig(batch=4, heads=16, seq_len=8192, head_dim=128, dtype="bfloat16",
+    cfg = AttentionBenchConfig(batch=4, heads=16, seq_len=8192, head_dim=128, dtype="bfloat16",
                           window=512, windows=(512,), seq_lens=(1024, 16384))  # fmt: skip
     needs = cfg.memory_needs()
     # q, k, v, out of (4, 16, 16384, 128) in bf16 and again in fp64: 5 GiB; the fp64 reference
@@ -76,7 +78,7 @@ def test_memory_needs_count_the_reference_in_chunks_not_the_dense_score_matrix()
 ])  # fmt: skip
 def test_memory_needs_grow_with_the_size_they_name(field, small, large):
     def need(value):
-        cfg = AttentionConfig(window=64, windows=(64,), **{field: value})
+        cfg = AttentionBenchConfig(window=64, windows=(64,), **{field: value})
         return cfg.memory_needs()[f"attn_{field}"]
 
     assert need(large) > need(small)

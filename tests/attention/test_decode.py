@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from kernel_lib.attention import bench_decode, decode
 from kernel_lib.attention.baselines import sdpa_attention
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.decode import DecodeShape
 from kernel_lib.attention.reference import gqa_reference
 from kernel_lib.checks import Unsupported
@@ -129,7 +129,7 @@ def test_bad_shapes_name_the_field(kwargs, match):
         DecodeShape(**{**base, **kwargs})
 
 
-def tiny_config(**overrides) -> AttentionConfig:
+def tiny_config(**overrides) -> AttentionBenchConfig:
     """Decode sizes of SHAPES["gqa_decode_q3"] so the bench tests reuse its compile."""
     sizes = dict(
         decode_heads=6,
@@ -143,7 +143,7 @@ def tiny_config(**overrides) -> AttentionConfig:
         reps=6,
         min_time_s=0.001,
     )
-    return AttentionConfig(**{**sizes, **overrides})
+    return AttentionBenchConfig(**{**sizes, **overrides})
 
 
 def test_decode_case_records_flex_and_sdpa_against_the_best_sdpa():

@@ -5,15 +5,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from kernel_lib.attention.forms import document_lengths
+from kernel_lib.attention.gym_forms import token_pixels
 from kernel_lib.attention.patterns import (
     GYM_PATTERNS,
     PATTERNS,
     REGISTERED,
     PatternConfig,
     build_pattern,
-    document_lengths,
     materialise,
-    token_pixels,
 )
 from kernel_lib.attention.reference import dense_bias, dense_mask
 

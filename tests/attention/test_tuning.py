@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from kernel_lib import variants
-from kernel_lib.attention import bench, plots
-from kernel_lib.attention.config import AttentionConfig
+from kernel_lib.attention import bench, candidates, plots
+from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.flex import FlexVariant
 from kernel_lib.attention.plain import attention_naive_compiled
 from kernel_lib.attention.reference import reference_output
@@ -19,7 +19,7 @@ from kernel_lib.records import to_frame
 from .conftest import FLEX_BLOCK, FLEX_SHAPE, flex_bench_config, flex_config
 
 CFG = flex_bench_config(block_sizes=(FLEX_BLOCK, 128), reps=6, min_time_s=0.01)
-FAST, OTHER = (bench.variant_name(FlexVariant(b)) for b in CFG.block_sizes)
+FAST, OTHER = (candidates.variant_name(FlexVariant(b)) for b in CFG.block_sizes)
 
 
 @pytest.fixture(autouse=True)
@@ -32,13 +32,13 @@ def _fake_flex(monkeypatch, *, other=lambda out: out, sleep_s=None):
     are the sleeps, not the load of a shared machine); block 128's goes through `other`;
     `sleep_s` maps block size -> seconds added to each call."""
     qkv = make_qkv(FLEX_SHAPE, device="cpu", seed=0)
-    done = bench.flex_attention_compiled(*qkv, CFG.pattern("causal"), block_size=FLEX_BLOCK)
+    done = candidates.flex_attention_compiled(*qkv, CFG.pattern("causal"), block_size=FLEX_BLOCK)
 
     def fake(q, k, v, config, *, block_size, upcast):
         time.sleep((sleep_s or {}).get(block_size, 0.0))
         return other(done) if block_size == 128 else done
 
-    monkeypatch.setattr(bench, "flex_attention_compiled", fake)
+    monkeypatch.setattr(candidates, "flex_attention_compiled", fake)
     return done
 
 
@@ -60,9 +60,9 @@ def test_the_plain_compiled_comparator_is_timed_beside_the_variants(monkeypatch,
     _fake_flex(monkeypatch)
     _, records = bench.tune_flex(CFG, facts=cpu_facts)
     got = _by_name(records)
-    plain = got[bench.PLAIN]
+    plain = got[candidates.PLAIN]
     assert plain.status == "ok" and plain.check["pass"] and plain.samples_ms
-    assert got[FAST].baseline == bench.PLAIN and got[FAST].ratio_vs_baseline is not None
+    assert got[FAST].baseline == candidates.PLAIN and got[FAST].ratio_vs_baseline is not None
     assert {r.metrics["section"] for r in got.values()} == {"flex_variants"}
 
 
@@ -86,20 +86,22 @@ def test_a_broken_variant_is_wrong_and_never_chosen(monkeypatch, cpu_facts):
 
 def test_a_variant_slower_than_the_plain_comparator_is_flagged(monkeypatch, cpu_facts):
     done = _fake_flex(monkeypatch, sleep_s={FLEX_BLOCK: 0.005, 128: 0.005})
-    monkeypatch.setattr(bench, "attention_naive_compiled", lambda *qkv: done)  # instant, right
+    monkeypatch.setattr(
+        candidates, "attention_naive_compiled", lambda *qkv: done
+    )  # instant, right
     _, records = bench.tune_flex(CFG, facts=cpu_facts)
     got = _by_name(records)
     assert any("slower than its plain comparator" in f for f in got[FAST].flags), [
         (r.implementation, r.status, r.median_ms, r.flags, r.metrics) for r in got.values()
     ]
-    assert not got[bench.PLAIN].flags
+    assert not got[candidates.PLAIN].flags
 
 
 def test_upcast_variants_only_for_reduced_precision():
     assert CFG.flex_variants() == [FlexVariant(FLEX_BLOCK), FlexVariant(128)]
-    bf16 = AttentionConfig(dtype="bfloat16", block_sizes=(64,))
+    bf16 = AttentionBenchConfig(dtype="bfloat16", block_sizes=(64,))
     assert bf16.flex_variants() == [FlexVariant(64), FlexVariant(64, upcast=True)]
-    assert AttentionConfig(dtype="bfloat16", upcast=False).flex_variants()[-1].upcast is False
+    assert AttentionBenchConfig(dtype="bfloat16", upcast=False).flex_variants()[-1].upcast is False
 
 
 def test_plain_comparator_matches_the_reference(flex_qkv):

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.target import Target
 from kernel_lib.platform import DeviceFacts, device_facts
 
@@ -32,9 +32,9 @@ TINY = dict(
 
 
 @pytest.fixture
-def tiny() -> BackendConfig:
-    """BackendConfig with TINY sizes; dataclasses.replace(tiny, ...) for one test's change."""
-    return BackendConfig.from_params(TINY)
+def tiny() -> BackendBenchConfig:
+    """BackendBenchConfig with TINY sizes; dataclasses.replace(tiny, ...) for one test's change."""
+    return BackendBenchConfig.from_params(TINY)
 
 
 @pytest.fixture

@@ -1,22 +1,22 @@
 import pytest
 
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 
 from .conftest import TINY
 
 
 def test_from_params_reads_the_notebooks_names_without_a_prefix():
-    cfg = BackendConfig.from_params({**TINY, "unrelated": 1})
+    cfg = BackendBenchConfig.from_params({**TINY, "unrelated": 1})
     assert cfg.gemm_sizes == (16,) and cfg.mlp_dim == 8 and cfg.min_time_s == 0.001
 
 
 def test_missing_parameters_keep_their_defaults():
-    cfg = BackendConfig.from_params({"gemm_sizes": [8]})
-    assert cfg.gemm_sizes == (8,) and cfg.tf32_size == BackendConfig().tf32_size
+    cfg = BackendBenchConfig.from_params({"gemm_sizes": [8]})
+    assert cfg.gemm_sizes == (8,) and cfg.tf32_size == BackendBenchConfig().tf32_size
 
 
 def test_lists_become_tuples_so_the_config_is_hashable():
-    assert hash(BackendConfig.from_params(TINY)) == hash(BackendConfig.from_params(TINY))
+    assert hash(BackendBenchConfig.from_params(TINY)) == hash(BackendBenchConfig.from_params(TINY))
 
 
 @pytest.mark.parametrize(
@@ -43,17 +43,19 @@ def test_lists_become_tuples_so_the_config_is_hashable():
 )
 def test_bad_values_are_rejected_naming_the_parameter(name, value, match):
     with pytest.raises(ValueError, match=match):
-        BackendConfig.from_params({**TINY, name: value})
+        BackendBenchConfig.from_params({**TINY, name: value})
 
 
 def test_memory_needs_of_hand_computed_cases():
-    cfg = BackendConfig.from_params(
+    cfg = BackendBenchConfig.from_params(
         {**TINY, "gemm_sizes": [1024], "gemm_dtypes": ["bfloat16"], "bandwidth_mib": [64, 256]}
     )
     needs = cfg.memory_needs()
     assert needs["gemm_sizes"] == 3 * 1024**2 * (2 + 8)  # a, b, out in bf16 and fp64
     assert needs["bandwidth_mib"] == 3 * 256 * 2**20  # triad's a, b, c at the largest size
-    wider = BackendConfig.from_params({**TINY, "gemm_sizes": [1024], "gemm_dtypes": ["float32"]})
+    wider = BackendBenchConfig.from_params(
+        {**TINY, "gemm_sizes": [1024], "gemm_dtypes": ["float32"]}
+    )
     assert wider.memory_needs()["gemm_dtypes"] == 3 * 1024**2 * (4 + 8)
 
 
@@ -64,6 +66,6 @@ def test_memory_needs_of_hand_computed_cases():
 ])  # fmt: skip
 def test_memory_needs_grow_with_the_size_they_name(name, small, large):
     def need(value):
-        return BackendConfig.from_params({**TINY, name: value}).memory_needs()[name]
+        return BackendBenchConfig.from_params({**TINY, name: value}).memory_needs()[name]
 
     assert need(large) > need(small)

@@ -5,7 +5,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN_TORCH = {"torch", "triton", "torch-xla"}  # torch_xla pins its own torch (and torch its triton)
-NOT_NEEDED = {"jupyterlab", "ruff"}  # the XLA venv runs notebooks headless and does not lint
+NOT_NEEDED = {
+    "jupyterlab",
+    "ruff",
+    "pytest-xdist",
+}  # headless notebooks, no lint, tests one at a time
 
 
 def _pins(name: str) -> dict:

@@ -57,7 +57,7 @@ HOSTILE = "x;touch pwned $(touch pwned2) `touch pwned3` *"
 
 def test_a_platform_name_a_shell_or_make_would_read_is_refused(tmp_path, monkeypatch):
     (tmp_path / f"{HOSTILE}.yaml").write_text("workbook: {notebooks: [moe]}\n")
-    monkeypatch.setattr(params, "PARAMETERS_DIR", tmp_path)
+    monkeypatch.setattr(params.platform_files, "PARAMETERS_DIR", tmp_path)
     assert HOSTILE in list_platforms()  # a parameter file of that name: load_plan reads it
     with pytest.raises(ParameterError, match="letters, digits, '.', '_' and '-' only"):
         task_config(HOSTILE)

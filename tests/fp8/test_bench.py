@@ -17,12 +17,13 @@ from kernel_lib.fp8 import (  # noqa: E402
     bench,
     bench_blocks,
     bench_weight_only,
+    candidates,
     linear,
     plots,
     quantize_c,
     quantize_compiled,
 )
-from kernel_lib.fp8 import plan as fp8_plan  # noqa: E402
+from kernel_lib.fp8 import suite as fp8_suite  # noqa: E402
 from kernel_lib.fp8.config import Fp8BenchConfig  # noqa: E402
 from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, sample_tensor  # noqa: E402
 from kernel_lib.platform import Datasheet, device_facts  # noqa: E402
@@ -59,7 +60,7 @@ CONFIG = Fp8BenchConfig.from_params(TINY)
 
 @pytest.fixture(scope="module")
 def records():
-    return fp8_plan.suite(TINY)
+    return fp8_suite.run_suite(TINY)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,7 @@ def test_quantize_records_carry_bandwidth_fraction_of_copy_and_ratio(frame):
 def test_the_quantise_variant_is_chosen_by_measurement_and_declared(frame):
     quant = frame[frame["variant"].notna() & (frame["case"] == "quantize")]
     chosen = set(quant["variant"])
-    variants = {f"{v}_{g}" for v in bench.VARIANTS for g in ("tensorwise", "rowwise")}
+    variants = {f"{v}_{g}" for v in candidates.VARIANTS for g in ("tensorwise", "rowwise")}
     assert len(chosen) == 2 and chosen <= variants  # one per granularity
     assert "row_fused_quantize_rowwise" in set(quant["implementation"])  # a rowwise candidate
     headline = frame[frame["headline"].notna() & (frame["case"] == "quantize")]
@@ -128,7 +129,7 @@ def test_a_quantiser_that_fails_to_build_costs_only_the_fp8_records(monkeypatch)
     def broken(*args, **kwargs):
         raise RuntimeError("triton.CompilationError: at 12:4: unsupported")
 
-    monkeypatch.setattr(bench, "dynamic_quantize", broken)
+    monkeypatch.setattr(candidates, "dynamic_quantize", broken)
     got = {r.implementation: r for r in bench.linear_speed(CONFIG, device_facts())}
     assert got["bf16_linear"].status == "ok"
     for path in ("scaled_mm", "scaled_mm_fast_accum", "fp8_inference_linear"):
@@ -143,7 +144,7 @@ def test_headlines_declared(frame, records):
     heads = frame[frame["headline"].notna()].set_index("implementation")
     quantiser = next(i for i in heads.index if i.endswith("_tensorwise"))
     decode = heads[heads["headline"] == "fp8.weight_only_decode_vs_bf16"]
-    assert len(heads) == 5 and quantiser.removesuffix("_tensorwise") in bench.VARIANTS
+    assert len(heads) == 5 and quantiser.removesuffix("_tensorwise") in candidates.VARIANTS
     assert heads.loc[quantiser, "fraction_of_peak"] > 0
     for name in SKIPPED_HEADLINES:  # no CPU kernel for these layouts: the headline says why
         assert heads.loc[name, "status"] == "skipped" and heads.loc[name, "reason"]
@@ -237,8 +238,10 @@ def test_training_curves_name_the_model_and_run_sizes():
 
 
 def test_e5m2_for_e4m3_makes_every_fp8_linear_path_wrong(monkeypatch):
-    real = bench.dynamic_quantize
-    monkeypatch.setattr(bench, "dynamic_quantize", lambda t, config: real(t, config, fmt="e5m2"))
+    real = candidates.dynamic_quantize
+    monkeypatch.setattr(
+        candidates, "dynamic_quantize", lambda t, config: real(t, config, fmt="e5m2")
+    )
     monkeypatch.setattr(
         linear, "dynamic_quantize", lambda t, config, fmt=None: real(t, config, fmt="e5m2")
     )
@@ -248,7 +251,7 @@ def test_e5m2_for_e4m3_makes_every_fp8_linear_path_wrong(monkeypatch):
 
 
 def test_dropped_scale_makes_the_gemm_wrong(monkeypatch):
-    real = bench.scaled_mm
+    real = candidates.scaled_mm
 
     def unscaled(a, b, *, out_dtype):
         one = torch.ones((), device=a.data.device)
@@ -258,7 +261,7 @@ def test_dropped_scale_makes_the_gemm_wrong(monkeypatch):
             out_dtype=out_dtype,
         )
 
-    monkeypatch.setattr(bench, "scaled_mm", unscaled)
+    monkeypatch.setattr(candidates, "scaled_mm", unscaled)
     records = bench.linear_speed(CONFIG, device_facts())
     assert _status(records, "scaled_mm_tensorwise_dynamic") == "wrong"
     assert _status(records, "bf16_linear") == "ok"
@@ -266,14 +269,14 @@ def test_dropped_scale_makes_the_gemm_wrong(monkeypatch):
 
 def test_broken_baseline_is_wrong_and_gives_no_ratio(monkeypatch):
     monkeypatch.setattr(
-        bench, "F", types.SimpleNamespace(linear=lambda x, w: F.linear(x, w) * 1.02)
+        candidates, "F", types.SimpleNamespace(linear=lambda x, w: F.linear(x, w) * 1.02)
     )
     assert _status(bench.linear_speed(CONFIG, device_facts()), "bf16_linear") == "wrong"
 
 
 def test_quantiser_in_the_wrong_format_or_copy_dropping_data_is_wrong(monkeypatch):
-    real = bench.quantize
-    monkeypatch.setattr(bench, "quantize", lambda x, *, fmt, **kw: real(x, fmt="e5m2", **kw))
+    real = candidates.quantize
+    monkeypatch.setattr(candidates, "quantize", lambda x, *, fmt, **kw: real(x, fmt="e5m2", **kw))
     records = bench.quantize_bandwidth(CONFIG, device_facts())
     assert _status(records, "quantize_tensorwise") == "wrong"
     assert _status(records, "compiled_quantize_tensorwise") == "ok"
@@ -321,7 +324,7 @@ def test_the_c_quantiser_is_skipped_with_the_reason_it_cannot_build(monkeypatch,
 
 def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
     monkeypatch.setattr(linear, "fp8_matmul_support", lambda device: "unsupported")
-    unsupported = fp8_plan.suite(TINY)
+    unsupported = fp8_suite.run_suite(TINY)
     # the same records, skipped: a run here and one on a device without FP8 match in `compare`
     assert sorted(rec.record_id(r, "p") for r in unsupported) == sorted(
         rec.record_id(r, "p") for r in records
@@ -339,7 +342,7 @@ def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
 def test_a_cpu_whose_onednn_refuses_scaled_mm_skips_every_fp8_gemm_and_keeps_the_rest(
     records, refused_scaled_mm
 ):
-    refused = fp8_plan.suite(TINY)
+    refused = fp8_suite.run_suite(TINY)
     assert sorted(rec.record_id(r, "p") for r in refused) == sorted(
         rec.record_id(r, "p") for r in records
     )
@@ -384,7 +387,7 @@ def test_scaled_mm_and_linear_checks_are_records_carrying_their_check(frame):
     assert mm["check.pass"].all() and mm["metrics.bf16_vs_fp64"].notna().all()
     assert (mm["shape.M"] == [n + 5 for n in CONFIG.check_sizes for _ in range(2)]).all()
     lin = frame[frame["case"] == "linear_check"]
-    recipes = fp8_plan.LINEAR_CHECK_RECIPES
+    recipes = fp8_suite.LINEAR_CHECK_RECIPES
     assert list(lin["implementation"]) == [f"fp8_linear_{r}" for r in recipes]
     assert (lin["status"] == "ok").all() and lin["check.pass"].all()
     assert (
@@ -398,16 +401,16 @@ def test_a_failed_linear_check_row_is_a_wrong_record_naming_its_error():
         "grad_x_vs_fp32": 0.1, "grad_w_vs_fp32": 0.1, "max_abs_error": 0.5, "tolerance": 2**-7,
         "check": "FAIL",
     }])  # fmt: skip
-    (record,) = fp8_plan.check_records(table, device_facts(), CONFIG, case="linear_check")
+    (record,) = fp8_suite.check_records(table, device_facts(), CONFIG, case="linear_check")
     assert (record.status, record.implementation) == ("wrong", "fp8_linear_rowwise_dynamic")
     assert record.reason.startswith("rel_error 2.0e-01 > 7.8e-03 vs fp64 FP8 reference")
-    assert record.shape == fp8_plan.LINEAR_CHECK_SHAPE | {"grad_format": CONFIG.grad_format}
+    assert record.shape == fp8_suite.LINEAR_CHECK_SHAPE | {"grad_format": CONFIG.grad_format}
 
 
 def test_a_check_table_with_an_unknown_verdict_raises():
     table = pd.DataFrame([{"granularity": "tensorwise", "M": 5, "K": 8, "N": 3, "check": "ok"}])
     with pytest.raises(ValueError, match="check='ok' must be one of"):
-        fp8_plan.check_records(table, device_facts(), CONFIG, case="scaled_mm_check")
+        fp8_suite.check_records(table, device_facts(), CONFIG, case="scaled_mm_check")
 
 
 def test_block_and_grouped_speed_time_every_path_onednn_runs(frame):
@@ -431,7 +434,7 @@ def test_a_failed_check_row_is_a_wrong_record():
         "vs_fp8_reference": 0.3, "vs_fp64": 0.3, "max_abs_error": 1.0, "tolerance": 2**-16,
         "check": "FAIL",
     }])  # fmt: skip
-    (record,) = fp8_plan.check_records(table, device_facts(), CONFIG, case="block_gemm_check")
+    (record,) = fp8_suite.check_records(table, device_facts(), CONFIG, case="block_gemm_check")
     assert record.status == "wrong" and record.implementation == "split_k_scaled_mm_blockwise"
     assert (record.dtype, record.shape) == ("float8_e4m3fn", {"M": 5, "K": 128, "N": 16})
 
@@ -456,7 +459,7 @@ def test_a_check_row_that_raised_is_a_failed_record():
         "T": 36, "E": 4, "implementation": "scaled_grouped_mm", "check": "failed",
         "reason": "RuntimeError: grouped GEMM with 4 groups is not supported",
     }])  # fmt: skip
-    (record,) = fp8_plan.check_records(table, device_facts(), CONFIG, case="grouped_gemm_check")
+    (record,) = fp8_suite.check_records(table, device_facts(), CONFIG, case="grouped_gemm_check")
     assert (record.status, record.reason) == ("failed", table["reason"][0])
 
 

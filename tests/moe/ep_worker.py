@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 
 from kernel_lib.moe.dispatch import dispatch_sorted_segments
-from kernel_lib.moe.layers import MoEConfig, MoELayer
+from kernel_lib.moe.layers import MoELayer, MoELayerConfig
 from kernel_lib.moe.parallel import ExpertParallelMoE
 
 WORLD, TOKENS = 2, 30
@@ -13,7 +13,7 @@ WORLD, TOKENS = 2, 30
 def layer_and_input():
     torch.manual_seed(0)
     layer = MoELayer(
-        MoEConfig(hidden=24, ffn=40, num_experts=4, top_k=2, strategy="sorted_segments")
+        MoELayerConfig(hidden=24, ffn=40, num_experts=4, top_k=2, strategy="sorted_segments")
     ).double()
     return layer, torch.randn(TOKENS, 24, dtype=torch.float64)
 

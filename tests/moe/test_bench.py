@@ -7,12 +7,12 @@ import torch
 
 from kernel_lib import records as rec
 from kernel_lib.measure import Case, require_passed
-from kernel_lib.moe import bench, dispatch, plan
+from kernel_lib.moe import bench, candidates, dispatch, suite
 from kernel_lib.moe.cases import check_table, make_case
 from kernel_lib.moe.config import MoEBenchConfig
-from kernel_lib.moe.plan import suite
 from kernel_lib.moe.seed_style import SeedStyleMoE
 from kernel_lib.moe.shapes import MoEShape
+from kernel_lib.moe.suite import run_suite
 
 PARAMS = dict(
     moe_tokens=[64], moe_hidden=[16], moe_ffn=[32], moe_experts=4, moe_top_k=2,
@@ -42,7 +42,7 @@ def records():
     """The whole suite at tiny sizes (torch.compile as the identity, as in eager_compile)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch, "compile", _eager)
-        return suite(PARAMS)
+        return run_suite(PARAMS)
 
 
 @pytest.mark.slow
@@ -150,7 +150,7 @@ def test_broken_dispatch_inside_a_layer_is_wrong(monkeypatch, cpu_facts, broken)
 def test_broken_dense_pair_fails_its_check():
     case = make_case(MoEShape(64, 16, 32, 4, 2), dtype="float32")
     for backward in (False, True):
-        c = bench.dense_candidate(case, backward=backward)
+        c = candidates.dense_candidate(case, backward=backward)
         out = c.fn()
         assert c.check(out).passed
         wrong = tuple(t * 1.01 for t in out) if backward else out * 1.01
@@ -159,7 +159,7 @@ def test_broken_dense_pair_fails_its_check():
 
 def test_seed_style_check_pins_its_drops_and_weights():
     case = make_case(MoEShape(64, 16, 32, 4, 2), dtype="float32")
-    c = bench.seed_style_candidate(case)
+    c = candidates.seed_style_candidate(case)
     assert c.check(c.fn()).passed
     other_drops = SeedStyleMoE(case.gate, case.feedforward, seed=1)(case.x).y
     assert not c.check(other_drops).passed
@@ -180,7 +180,7 @@ def test_a_broken_strategy_is_a_fail_row_a_wrong_record_and_fails_its_cell(monke
     case = make_case(MoEShape(33, 16, 32, 3, 2), dtype="float32")
     table = check_table(case, ["loop", "padded"])
     assert table["check"].tolist() == ["PASS", "FAIL"]
-    records = plan._strategy_records(table, case, "strategy_check", cpu_facts)
+    records = suite._strategy_records(table, case, "strategy_check", cpu_facts)
     assert [(r.implementation, r.status) for r in records] == [
         ("dispatch_loop", "ok"), ("dispatch_padded", "wrong"),
     ]  # fmt: skip

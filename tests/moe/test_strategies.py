@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernel_lib.moe import dispatch
-from kernel_lib.moe.layers import MoEConfig
+from kernel_lib.moe.layers import MoELayerConfig
 from kernel_lib.moe.strategies import ELSEWHERE, STRATEGIES, dispatch_fn, run_strategy, unavailable
 from tests.moe.conftest import make_experts, random_routing
 
@@ -19,7 +19,7 @@ def test_unknown_strategy_lists_the_valid_ones():
     with pytest.raises(ValueError, match="strategy='magic'.*sorted_grouped"):
         dispatch_fn("magic")
     with pytest.raises(ValueError, match="strategy"):
-        MoEConfig(hidden=16, ffn=32, strategy="magic")
+        MoELayerConfig(hidden=16, ffn=32, strategy="magic")
 
 
 def test_run_strategy_passes_capacity_to_padded_only():

@@ -1,5 +1,5 @@
-"""Each notebook's plan against the notebook (the cells run the plan's sections by name, in its
-order, each once), and the Plan itself: order, outputs kept, records appended."""
+"""Each notebook's suite against the notebook (the cells run the suite's sections by name, in its
+order, each once), and the Suite itself: order, outputs kept, records appended."""
 
 import ast
 import importlib
@@ -10,24 +10,24 @@ import pytest
 
 from kernel_lib.__main__ import TOPICS
 from kernel_lib.params import ROOT
-from kernel_lib.plan import Context, Plan, Section
 from kernel_lib.records import Record
+from kernel_lib.suite import Context, Section, Suite
 
 
-def _planned() -> dict[str, Plan]:
-    """notebook -> its plan: every topic of `bench` whose module declares a PLAN, and the backend
-    notebooks' (`device`: the module's PLANS, one per backend_<backend> notebook)."""
-    planned = {}
+def _suites() -> dict[str, Suite]:
+    """notebook -> its suite: every topic of `bench` whose module declares a SUITE, and the backend
+    notebooks' (`device`: the module's SUITES, one per backend_<backend> notebook)."""
+    suites = {}
     for module_name, notebook in TOPICS.values():
         module = importlib.import_module(module_name)
-        if hasattr(module, "PLAN"):
-            planned[notebook] = module.PLAN
-        for backend, plan in getattr(module, "PLANS", {}).items():
-            planned[f"backend_{backend}"] = plan
-    return planned
+        if hasattr(module, "SUITE"):
+            suites[notebook] = module.SUITE
+        for backend, suite in getattr(module, "SUITES", {}).items():
+            suites[f"backend_{backend}"] = suite
+    return suites
 
 
-PLANNED = _planned()
+SUITE_OF = _suites()
 
 
 def _notebook(name: str) -> dict:
@@ -35,7 +35,7 @@ def _notebook(name: str) -> dict:
 
 
 def notebook_sections(notebook: dict) -> list[str]:
-    """The section names the notebook's code cells run (`PLAN.run("<name>", ...)`), in cell
+    """The section names the notebook's code cells run (`SUITE.run("<name>", ...)`), in cell
     order and, within a cell, in source order."""
     names = []
     for cell in notebook["cells"]:
@@ -48,46 +48,46 @@ def notebook_sections(notebook: dict) -> list[str]:
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "run"
             and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "PLAN"
+            and node.func.value.id == "SUITE"
         ]
         for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
             name = call.args[0] if call.args else None
             assert isinstance(name, ast.Constant), (
-                f"PLAN.run without a literal section name: {cell}"
+                f"SUITE.run without a literal section name: {cell}"
             )
             names.append(name.value)
     return names
 
 
-def test_every_notebook_has_a_plan():
-    assert set(PLANNED) == {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
-    assert {f"backend_{b}" for b in ("cpu", "nvidia", "amd", "tpu", "xpu")} <= set(PLANNED)
+def test_every_notebook_has_a_suite():
+    assert set(SUITE_OF) == {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert {f"backend_{b}" for b in ("cpu", "nvidia", "amd", "tpu", "xpu")} <= set(SUITE_OF)
 
 
-@pytest.mark.parametrize("name", sorted(PLANNED))
+@pytest.mark.parametrize("name", sorted(SUITE_OF))
 def test_the_notebook_runs_every_section_in_the_plans_order_each_once(name):
-    names, plan = notebook_sections(_notebook(name)), PLANNED[name]
+    names, suite = notebook_sections(_notebook(name)), SUITE_OF[name]
     assert len(names) == len(set(names)), f"a section run twice: {names}"
-    assert set(names) == set(plan.names), set(names) ^ set(plan.names)
-    assert names == list(plan.names)
+    assert set(names) == set(suite.names), set(names) ^ set(suite.names)
+    assert names == list(suite.names)
 
 
-@pytest.mark.parametrize("name", sorted(PLANNED))
+@pytest.mark.parametrize("name", sorted(SUITE_OF))
 def test_two_cells_swapped_break_the_order(name):
     notebook = _notebook(name)
     cells = [i for i, c in enumerate(notebook["cells"]) if notebook_sections({"cells": [c]})]
     first, last = cells[0], cells[-1]
     swapped = list(notebook["cells"])
     swapped[first], swapped[last] = swapped[last], swapped[first]
-    assert notebook_sections({"cells": swapped}) != list(PLANNED[name].names)
+    assert notebook_sections({"cells": swapped}) != list(SUITE_OF[name].names)
 
 
-@pytest.mark.parametrize("name", sorted(PLANNED))
-def test_a_section_not_in_the_plan_is_one_line_naming_it(name):
-    plan = PLANNED[name]
+@pytest.mark.parametrize("name", sorted(SUITE_OF))
+def test_a_section_not_in_the_suite_is_one_line_naming_it(name):
+    suite = SUITE_OF[name]
     with pytest.raises(ValueError) as err:
-        plan.run("nope", Context(config=None, facts=None))
-    assert str(err.value).startswith(f"the {plan.topic} plan has no section 'nope'")
+        suite.run("nope", Context(config=None, facts=None))
+    assert str(err.value).startswith(f"the {suite.topic} suite has no section 'nope'")
     assert "\n" not in str(err.value)
 
 
@@ -95,7 +95,7 @@ def _record(case: str) -> Record:
     return Record(topic="toy", case=case, implementation="i", device="d", backend="cpu")
 
 
-def _toy(calls: list[str]) -> Plan:
+def _toy(calls: list[str]) -> Suite:
     """Three sections: a list of records, an object carrying `.records` and a table, and one
     that reads the second's output."""
 
@@ -111,7 +111,7 @@ def _toy(calls: list[str]) -> Plan:
         calls.append("third")
         return [_record(f"third_after_{ctx.output('second').table}")]
 
-    return Plan(
+    return Suite(
         "toy",
         (
             Section("first", first, "one record"),
@@ -124,17 +124,17 @@ def _toy(calls: list[str]) -> Plan:
 def test_suite_runs_every_section_once_in_the_declared_order():
     calls = []
     ctx = Context(config=None, facts=None)
-    got = _toy(calls).suite(ctx)
+    got = _toy(calls).run_all(ctx)
     assert calls == ["first", "second", "third"]
     assert [r.case for r in got] == ["first", "second_a", "second_b", "third_after_shown"]
     assert got is ctx.records and list(ctx.outputs) == ["first", "second", "third"]
 
 
 def test_run_appends_its_records_and_keeps_its_output():
-    plan, ctx = _toy([]), Context(config=None, facts=None)
+    suite, ctx = _toy([]), Context(config=None, facts=None)
     records = ctx.records  # the notebook's `records` is this list
-    plan.run("first", ctx)
-    out = plan.run("second", ctx)
+    suite.run("first", ctx)
+    out = suite.run("second", ctx)
     assert out.table == "shown" and ctx.outputs["second"] is out
     assert [r.case for r in records] == ["first", "second_a", "second_b"]
 
@@ -147,4 +147,4 @@ def test_a_section_reading_an_earlier_one_that_did_not_run_says_which():
 def test_section_names_are_unique():
     run = lambda ctx: []  # noqa: E731
     with pytest.raises(ValueError, match=r"\['a'\] appear more than once"):
-        Plan("toy", (Section("a", run, "x"), Section("b", run, "y"), Section("a", run, "z")))
+        Suite("toy", (Section("a", run, "x"), Section("b", run, "y"), Section("a", run, "z")))

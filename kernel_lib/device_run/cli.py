@@ -1,4 +1,4 @@
-"""`python -m kernel_lib device-plan`, or `python -m kernel_lib.device_plan` on a host without
+"""`python -m kernel_lib device-run`, or `python -m kernel_lib.device_run` on a host without
 papermill yet: a GPU report within one short command on a host whose image holds PyTorch and no
 package index. It checks its input (checks.py), installs the carried wheels (once), runs the
 preflight, then each notebook of the platform's quick plan within its share of the budget
@@ -24,12 +24,12 @@ import threading
 import time
 from pathlib import Path
 
-from kernel_lib.device_plan import wheels
-from kernel_lib.device_plan.budget import GRACE_S, Outcome, run_bounded, share
-from kernel_lib.device_plan.checks import (
+from kernel_lib.device_run import wheels
+from kernel_lib.device_run.budget import GRACE_S, Outcome, run_bounded, share
+from kernel_lib.device_run.checks import (
     OUTPUTS,
     PARAMETERS,
-    PlanError,
+    DeviceRunError,
     check_archive,
     check_out,
     check_params,
@@ -39,14 +39,14 @@ from kernel_lib.device_plan.checks import (
 from kernel_lib.params import ParameterError  # papermill only when used
 
 ROOT = wheels.ROOT
-REHEARSALS = ROOT / ".cache" / "device-plan"  # --dry-run's report folders, never outputs/
+REHEARSALS = ROOT / ".cache" / "device-run"  # --dry-run's report folders, never outputs/
 DEFAULT_BUDGET_S = 540.0  # one 9-minute command under a 10-minute limit
 SETUP_S = 120.0  # at most, each: the pip install, the kernel registration, the platform detection
 PREFLIGHT_S = 60.0
 SETUP_ESTIMATE_S = 75.0  # --plan-only: detection, install, kernel and preflight, on a warm host
 RESERVE_S = GRACE_S + 10.0  # kept back from the notebooks: stopping one, then the archive
 MIN_NOTEBOOK_S = 30.0  # a notebook given less is not started
-LOG_NAME = "device-plan.log"  # this command's output, beside the report in the archive
+LOG_NAME = "device-run.log"  # this command's output, beside the report in the archive
 ARCHIVE_MAX_BYTES = 16 * 2**20  # what a host copies back, per file
 PLATFORM_LINE = "platform: "  # the detection child's answer, whatever else it prints
 DETECT = (
@@ -125,7 +125,7 @@ def quick_platform(progress: Progress, env: dict) -> str:
     outcome = _run(progress, [sys.executable, "-c", DETECT], SETUP_S, env, quiet=True)
     said = [line for line in outcome.lines if line.startswith(PLATFORM_LINE)]
     if outcome.returncode or not said:
-        raise PlanError(f"no platform detected ({(outcome.lines or ['no output'])[-1]})")
+        raise DeviceRunError(f"no platform detected ({(outcome.lines or ['no output'])[-1]})")
     detected = said[-1][len(PLATFORM_LINE) :].strip()
     quick = f"{detected}-quick"
     platform = quick if (PARAMETERS / f"{quick}.yaml").exists() else detected
@@ -181,13 +181,13 @@ def run_notebooks(
         statuses[notebook] = _status(notebook, outcome, limit, out)
         progress.step(f"{notebook}: {statuses[notebook]} ({outcome.seconds:.0f} s)")
         if outcome.returncode == 2 and not outcome.stopped:  # bad input: every run would refuse
-            raise PlanError(f"{notebook}: the runner refused the plan (its message is above)")
+            raise DeviceRunError(f"{notebook}: the runner refused the plan (its message is above)")
         after()
     return statuses
 
 
 def write_archive(report: Path, path: Path, log: list[str]) -> Path:
-    """`report` as `<name>/...` in the tar.gz `path`, with `log` as `<name>/device-plan.log`;
+    """`report` as `<name>/...` in the tar.gz `path`, with `log` as `<name>/device-run.log`;
     written whole or not at all (a partial file renamed over it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
@@ -228,12 +228,12 @@ def _terminated(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
 
 
-def cmd_device_plan(args) -> int:
+def cmd_device_run(args) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         return _device_plan(args)
-    except ParameterError as err:  # a PlanError, or a platform that is not a parameter file
+    except ParameterError as err:  # a DeviceRunError, or a platform that is not a parameter file
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # the step running was stopped (budget.run_bounded)
@@ -261,11 +261,11 @@ def plan_shares(progress: Progress, notebooks: list[str]) -> None:
 
 def _device_plan(args) -> int:
     if not args.budget_s > 0:
-        raise PlanError(f"--budget-s {args.budget_s} must be > 0")
+        raise DeviceRunError(f"--budget-s {args.budget_s} must be > 0")
     source = Path(args.wheels).resolve() if args.wheels else ROOT / ".whl" / "device"
     target = Path(args.target).resolve() if args.target else ROOT / ".cache" / "device-site"
     if not any(source.glob("*.whl")):
-        raise PlanError(f"--wheels {_display(source)}: no wheels there (make device-wheels)")
+        raise DeviceRunError(f"--wheels {_display(source)}: no wheels there (make device-wheels)")
     out = check_out(Path(args.out).resolve()) if args.out else None
     path = check_archive(Path(args.archive).resolve()) if args.archive else None
     if args.platform:  # a bad name, --only or -p before anything runs
@@ -338,7 +338,7 @@ def arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--only", help="comma-separated notebook names (default: the plan's)")
     parser.add_argument(
         "--out",
-        help="report folder (default: outputs/<platform>; --dry-run: .cache/device-plan/<platform>)",
+        help="report folder (default: outputs/<platform>; --dry-run: .cache/device-run/<platform>)",
     )
     parser.add_argument(
         "--archive",
@@ -368,26 +368,26 @@ def arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="install nothing: check that the wheels resolve offline for the host's Python 3.12 "
-        "(pip --dry-run), then run the rest here, into .cache/device-plan/",
+        "(pip --dry-run), then run the rest here, into .cache/device-run/",
     )
     return parser
 
 
 def add_parser(subparsers) -> None:
-    """`device-plan` on `python -m kernel_lib`'s subcommands."""
+    """`device-run` on `python -m kernel_lib`'s subcommands."""
     parser = subparsers.add_parser(
-        "device-plan",
+        "device-run",
         help="a GPU host without a package index: wheels, preflight, time-boxed quick plan, archive",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    arguments(parser).set_defaults(func=cmd_device_plan)
+    arguments(parser).set_defaults(func=cmd_device_run)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kernel_lib.device_plan",
+        prog="python -m kernel_lib.device_run",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    return cmd_device_plan(arguments(parser).parse_args(argv))
+    return cmd_device_run(arguments(parser).parse_args(argv))

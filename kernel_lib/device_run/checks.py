@@ -1,7 +1,7 @@
-"""The device plan's input, checked before anything expensive runs (the install, the preflight,
+"""The device run's input, checked before anything expensive runs (the install, the preflight,
 a notebook): the plan's notebooks, each `-p NAME=VALUE` (a parameter of one of them, read as YAML,
 of the type its notebook declares, of a meaning its config accepts), the report folder and the
-archive. Each problem is a PlanError: one line, exit 2, nothing run."""
+archive. Each problem is a DeviceRunError: one line, exit 2, nothing run."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ NOTEBOOKS = ROOT / "notebooks"
 OUTPUTS = ROOT / "outputs"
 
 
-class PlanError(ParameterError):
+class DeviceRunError(ParameterError):
     """Bad input: one line, exit 2, nothing run."""
 
 
@@ -41,13 +41,13 @@ def plan_notebooks(platform: str, only: str | None) -> list[str]:
     the file), or the `only` ones among them."""
     notebooks = (_platform_file(platform).get("workbook") or {}).get("notebooks")
     if not isinstance(notebooks, list) or not notebooks:
-        raise PlanError(f"parameters/{platform}.yaml: needs `workbook: {{notebooks: [...]}}`")
+        raise DeviceRunError(f"parameters/{platform}.yaml: needs `workbook: {{notebooks: [...]}}`")
     if only is None:
         return notebooks
     chosen = [n.strip() for n in only.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in notebooks]
     if unknown or not chosen:
-        raise PlanError(f"--only {only!r}: choose from {platform}'s notebooks {notebooks}")
+        raise DeviceRunError(f"--only {only!r}: choose from {platform}'s notebooks {notebooks}")
     return [n for n in notebooks if n in chosen]
 
 
@@ -73,12 +73,12 @@ def declared(notebook: str) -> set[str]:
 
 def params_by_notebook(notebooks: list[str], params: list[str]) -> dict[str, list[str]]:
     """notebook -> the `-p NAME=VALUE` it declares (each notebook runs alone, and the runner
-    refuses a name its notebooks lack); PlanError for a name none of them declares."""
+    refuses a name its notebooks lack); DeviceRunError for a name none of them declares."""
     names = {notebook: declared(notebook) for notebook in notebooks}
     for param in params:
         name = param.partition("=")[0].strip()
         if not any(name in known for known in names.values()):
-            raise PlanError(f"-p {param!r}: not a parameter of {', '.join(notebooks)}")
+            raise DeviceRunError(f"-p {param!r}: not a parameter of {', '.join(notebooks)}")
     return {
         notebook: [p for p in params if p.partition("=")[0].strip() in names[notebook]]
         for notebook in notebooks
@@ -96,7 +96,7 @@ def check_params(platform: str, notebooks: list[str], params: list[str]) -> None
         cell = cell_parameters(notebook)
         for name, value in given.items():
             if name in cell and not _type_ok(value, cell[name][0]):
-                raise PlanError(
+                raise DeviceRunError(
                     f"-p {name}={value!r}: not {cell[name][0]} (as {notebook}.ipynb declares it)"
                 )
         cls = config_class(notebook)
@@ -105,14 +105,16 @@ def check_params(platform: str, notebooks: list[str], params: list[str]) -> None
             if cls is not None:
                 cls.from_params({**{k: d for k, (_, d) in cell.items()}, **values})
         except ValueError as err:
-            raise PlanError(f"-p: {err} ({notebook}.ipynb)") from None
+            raise DeviceRunError(f"-p: {err} ({notebook}.ipynb)") from None
 
 
 def check_out(out: Path) -> Path:
     """`out` if the runner may write its report there (outdir.check_out), never the nbval
     reference set."""
     if out == OUTPUTS / "reference":
-        raise PlanError(f"--out {out}: the nbval reference set is written by `make reference`")
+        raise DeviceRunError(
+            f"--out {out}: the nbval reference set is written by `make reference`"
+        )
     outdir.check_out(out)
     return out
 
@@ -122,7 +124,7 @@ def check_archive(path: Path) -> Path:
     folder that exists (or can be made) and that this user may write."""
     folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise PlanError(f"--archive {path}: {folder} is not a folder this user may write")
+        raise DeviceRunError(f"--archive {path}: {folder} is not a folder this user may write")
     if path.parent.is_dir():
         writes.output_file(str(path), "--archive")  # a folder, a report's own file: refused
     return path

@@ -1,6 +1,6 @@
-"""A topic's plan: its sections declared once, in the notebook's order. Each notebook cell runs
-one section by name (`PLAN.run("linear_speed", ctx)`); `python -m kernel_lib bench <topic>`
-runs them all (`PLAN.suite(ctx)`), so the two cannot drift apart. Under the runner, the records
+"""A topic's suite: its sections declared once, in the notebook's order. Each notebook cell runs
+one section by name (`SUITE.run("linear_speed", ctx)`); `python -m kernel_lib bench <topic>`
+runs them all (`SUITE.run_all(ctx)`), so the two cannot drift apart. Under the runner, the records
 made so far are saved as each section ends: a notebook stopped later keeps them."""
 
 from __future__ import annotations
@@ -56,12 +56,12 @@ class Context(Generic[ConfigT]):
 @dataclass(frozen=True)
 class Section:
     """One measuring or checking cell: `name` is what the notebook calls, `run(ctx)` returns
-    its records (a list, or an object carrying `.records`); `records` says in one line what
+    its records (a list, or an object carrying `.records`); `summary` says in one line what
     they are."""
 
     name: str
     run: Callable[[Context], Output]
-    records: str
+    summary: str
 
 
 def records_of(output: Output) -> list[Record]:
@@ -69,13 +69,13 @@ def records_of(output: Output) -> list[Record]:
     return output if isinstance(output, list) else output.records
 
 
-class Plan:
+class Suite:
     """A topic's sections, in the notebook's order; names unique."""
 
     def __init__(self, topic: str, sections: Sequence[Section]):
         names = [s.name for s in sections]
         if repeated := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"{topic} plan: section names {repeated} appear more than once")
+            raise ValueError(f"{topic} suite: section names {repeated} appear more than once")
         self.topic, self.sections = topic, tuple(sections)
 
     @property
@@ -83,11 +83,11 @@ class Plan:
         return tuple(s.name for s in self.sections)
 
     def section(self, name: str) -> Section:
-        """The section `name` (ValueError naming it and the plan's sections if there is none)."""
+        """The section `name` (ValueError naming it and the suite's sections if there is none)."""
         for s in self.sections:
             if s.name == name:
                 return s
-        raise ValueError(f"the {self.topic} plan has no section {name!r} (it has {self.names})")
+        raise ValueError(f"the {self.topic} suite has no section {name!r} (it has {self.names})")
 
     def run(self, name: str, ctx: Context) -> Output:
         """Run section `name`: its records are appended to `ctx.records` (and saved where the
@@ -100,7 +100,7 @@ class Plan:
         save_sections(ctx.records)
         return output
 
-    def suite(self, ctx: Context) -> list[Record]:
+    def run_all(self, ctx: Context) -> list[Record]:
         """Every section in order (what `bench` runs); the records of all of them."""
         for name in self.names:
             self.run(name, ctx)

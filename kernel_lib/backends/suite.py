@@ -1,7 +1,7 @@
-"""The backend notebooks' plans, one per notebook (`PLANS["cpu"]`, ...): the sections common to all
+"""The backend notebooks' suites, one per notebook (`SUITES["cpu"]`, ...): the sections common to all
 five in their order (facts, capabilities, roofline, overheads, mlp), then the backend's own. Each
-notebook cell runs one by name (`PLAN.run("roofline", ctx)`, ctx from `setup`); `python -m
-kernel_lib bench device` runs the plan of the detected device's notebook (`suite`)."""
+notebook cell runs one by name (`SUITE.run("roofline", ctx)`, ctx from `setup`); `python -m
+kernel_lib bench device` runs the suite of the detected device's notebook (`run_suite`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kernel_lib.backends import allocation, amd, nvidia, sections, xla
-from kernel_lib.backends.config import BackendConfig
+from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.target import ACCEPTS, Target, find_target
-from kernel_lib.plan import Context, Plan, Section
 from kernel_lib.platform import detect_backend
 from kernel_lib.records import Record
+from kernel_lib.suite import Context, Section, Suite
 
 # detected backend -> the backend notebook that measures it ("xla": the TPU notebook on XLA:CPU)
 NOTEBOOK_BACKEND = {detected: backend for backend, seen in ACCEPTS.items() for detected in seen}
@@ -23,18 +23,18 @@ NOTEBOOK_BACKEND = {detected: backend for backend, seen in ACCEPTS.items() for d
 
 @dataclass(frozen=True)
 class Setup:
-    """A backend plan's `Context.config`: the device the notebook measures (present or not; its
+    """A backend suite's `Context.config`: the device the notebook measures (present or not; its
     facts are the Context's) and the notebook's validated parameters."""
 
     target: Target
-    cfg: BackendConfig
+    cfg: BackendBenchConfig
 
 
 def context(backend: str, params: dict, *, progress: bool = False) -> Context[Setup]:
     """The `backend` notebook's context: its parameters validated (a bad one: a one-line
     ValueError naming it), its device (find_target) and, for the TPU notebook, XLA's fp32 matmuls at
     full precision from here on (xla.use_full_fp32), so its float32 rows are fp32."""
-    cfg = BackendConfig.from_params(params)
+    cfg = BackendBenchConfig.from_params(params)
     target = find_target(backend)
     if backend == "tpu":
         xla.use_full_fp32(target)
@@ -48,13 +48,13 @@ def setup(backend: str, params: dict) -> Context[Setup]:
     return context(backend, params, progress=True)
 
 
-def _on(ctx: Context[Setup]) -> tuple[Target, BackendConfig]:
+def _on(ctx: Context[Setup]) -> tuple[Target, BackendBenchConfig]:
     """The (target, cfg) that the sections.* functions and each backend's own measurements take."""
     return ctx.config.target, ctx.config.cfg
 
 
-def _shown(measure: Callable[[Target, BackendConfig], list[Record]]):
-    """A backend's own measurement as a plan section: its records with the common table."""
+def _shown(measure: Callable[[Target, BackendBenchConfig], list[Record]]):
+    """A backend's own measurement as a suite section: its records with the common table."""
     return lambda ctx: sections.show(measure(*_on(ctx)))
 
 
@@ -81,10 +81,10 @@ OWN = {
     ),
     "xpu": (),
 }  # fmt: skip
-PLANS = {backend: Plan(f"backend_{backend}", COMMON + own) for backend, own in OWN.items()}
+SUITES = {backend: Suite(f"backend_{backend}", COMMON + own) for backend, own in OWN.items()}
 
 
-def suite(params: dict, *, progress: bool = False) -> list[Record]:
-    """Every record of the detected device's backend notebook: its plan's sections, in order."""
+def run_suite(params: dict, *, progress: bool = False) -> list[Record]:
+    """Every record of the detected device's backend notebook: its suite's sections, in order."""
     backend = NOTEBOOK_BACKEND[detect_backend()]
-    return PLANS[backend].suite(context(backend, params, progress=progress))
+    return SUITES[backend].run_all(context(backend, params, progress=progress))

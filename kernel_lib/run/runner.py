@@ -28,6 +28,7 @@ from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RU
 from kernel_lib.report.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.pages import build_report
+from kernel_lib.report.read import REFERENCE_PLATFORM, Report, read_report
 from kernel_lib.reportfiles import read_run
 from kernel_lib.run.environment import environment, kernel_allocator, kernel_environment
 from kernel_lib.run.execute import FAILED_STATUSES, KERNEL_NAME, STOPPED, NotebookResult, execute
@@ -95,7 +96,6 @@ def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResu
 
 
 REFERENCE = ROOT / "outputs" / "reference"  # the nbval reference set: `make reference` alone
-REFERENCE_PLATFORM = "ci"
 
 
 def refuse_reference(out_dir: Path, platform: str, params: list, reference: bool) -> None:
@@ -216,6 +216,7 @@ def _run(
             PLATFORM_ENV: plan.platform,
             RESULTS_DIR_ENV: str(staging),
         }
+        read = {}  # each notebook's records as its findings cell read them, for the report
         with kernel_environment(kernel_env, variables):
             for index, name in enumerate(plan.notebooks, 1):
                 print(f"[{index}/{len(plan.notebooks)}] {name}", file=sys.stderr, flush=True)
@@ -232,15 +233,19 @@ def _run(
                 )
                 machine = machine_load(sample, machine_sample())
                 result = dataclasses.replace(result, **identity, machine=machine)
+                records = None
                 if output.exists():
-                    lead_with_findings(output, plan.platform)
+                    records = lead_with_findings(output, plan.platform)
                     try:
                         to_html(output)
                     except Exception as error:  # nbconvert's templates missing, say: keep the run
                         reason = f"no HTML ({type(error).__name__}: {str(error).splitlines()[0]})"
                         detail = "; ".join(filter(None, [result.detail, reason]))
                         result = dataclasses.replace(result, detail=detail)
-                if _keep_or_replace(staging, name, aside, result) and name in earlier:
+                came_back = _keep_or_replace(staging, name, aside, result)
+                if records is not None and not came_back:  # else the earlier records are shown
+                    read[name] = records
+                if came_back and name in earlier:
                     before = earlier[name]
                     result = dataclasses.replace(
                         result,
@@ -275,9 +280,10 @@ def _run(
             "notebooks": kept + [asdict(r) for r in results],
         }
         (staging / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
-        build_report(staging)
+        report = read_report(staging, read)  # once: its pages, then the gallery
+        build_report(staging, report)
     if not run_suffix:  # a run of run_repeated is staged: the repeated report is added whole
-        _rebuild_gallery(out_dir)
+        _rebuild_gallery(out_dir, report)
     if results and results[-1].status == STOPPED:
         raise KeyboardInterrupt(
             f"{results[-1].notebook} stopped; {out_dir} keeps the sections it finished"
@@ -331,19 +337,21 @@ def run_repeated(
                     "repeat": repeat,
                 },
             )
-            build_report(staging)
-    _rebuild_gallery(out_dir)
+            report = read_report(staging)
+            build_report(staging, report)
+    _rebuild_gallery(out_dir, report)
     return results
 
 
-def _rebuild_gallery(out_dir: Path) -> None:
+def _rebuild_gallery(out_dir: Path, report: Report) -> None:
     """Add the report's runs to the results store (kernel_lib.history.store.remember, which never
     fails the run); refresh the gallery (`outputs/index.html`) when the report is one of the
-    folders of an `outputs/` tree; a gallery that cannot be built never fails the run."""
+    folders of an `outputs/` tree, with `report` as read in staging (swapped in since: the same
+    files); a gallery that cannot be built never fails the run."""
     remember(out_dir)
     if out_dir.parent.name != "outputs":
         return
     try:
-        build_gallery(out_dir.parent)
+        build_gallery(out_dir.parent, [report._replace(folder=out_dir)])
     except Exception as err:  # noqa: BLE001 - the run's own report is already in place
         print(f"gallery not rebuilt: {type(err).__name__}: {err}", file=sys.stderr, flush=True)

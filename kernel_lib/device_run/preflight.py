@@ -3,7 +3,7 @@ the carried packages, what the image must provide, versions, the device, and wha
 run at a tiny shape: _scaled_mm tensorwise and rowwise, a flex_attention compile, the Triton
 quantiser tensorwise and rowwise from fp32 and bf16; then the compiler config keys the code
 patches and which spelling of the exact-division key this torch has. An item that fails costs its
-own line only. `python -m kernel_lib.device_plan.preflight`: exit 1 when an item failed, 130 at
+own line only. `python -m kernel_lib.device_run.preflight`: exit 1 when an item failed, 130 at
 Ctrl-C (one line)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 import torch
 
 from kernel_lib.checks import relative_error
-from kernel_lib.device_plan import wheels
+from kernel_lib.device_run import wheels
 from kernel_lib.platform import detect_platform, device_facts
 
 # The topics' modules are imported inside the items that use them: one that fails to import on

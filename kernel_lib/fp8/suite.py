@@ -1,5 +1,5 @@
-"""The fp8 topic's plan: its sections in the notebook's order. Each notebook cell runs one by name
-(`PLAN.run("linear_speed", ctx)`); `python -m kernel_lib bench fp8` runs them all (`suite`)."""
+"""The fp8 topic's suite: its sections in the notebook's order. Each notebook cell runs one by name
+(`SUITE.run("linear_speed", ctx)`); `python -m kernel_lib bench fp8` runs them all (`run_suite`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from kernel_lib.fp8.linear import scaled_mm_unsupported
 from kernel_lib.fp8.shapes import GemmShape
 from kernel_lib.fp8.training import loss_checks
 from kernel_lib.measure import Case, check_table_records
-from kernel_lib.plan import Context, Plan, Section, Table
 from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.suite import Context, Section, Suite, Table
 
 TOPIC = "fp8"
 MM_CHECK_GRANULARITIES = ["tensorwise", "rowwise"]  # the scale layouts _scaled_mm is checked in
@@ -181,7 +181,7 @@ def training(ctx: Context[Fp8BenchConfig]) -> Training:
     return Training(losses, table, bench.training_records(table, facts, config))
 
 
-PLAN = Plan(TOPIC, (
+SUITE = Suite(TOPIC, (
     Section("recipe_errors", recipe_errors, "SQNR and max error per scaling recipe and tensor"),
     Section("scaled_mm_check", scaled_mm_check, "_scaled_mm per shape and granularity: checks"),
     Section("linear_check", linear_check, "Fp8Linear per recipe, forward and grads: checks"),
@@ -197,7 +197,7 @@ PLAN = Plan(TOPIC, (
 ))  # fmt: skip
 
 
-def suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
+def run_suite(params: dict, *, progress: bool = False) -> list[rec.Record]:
     """Every fp8 record on the detected device: the notebook's sections, in its order."""
     config = Fp8BenchConfig.from_params(params)
-    return PLAN.suite(Context(config, device_facts(), progress=progress))
+    return SUITE.run_all(Context(config, device_facts(), progress=progress))

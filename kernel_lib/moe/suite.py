@@ -1,5 +1,5 @@
-"""The MoE topic's plan: its sections in the notebook's order. Each notebook cell runs one by name
-(`PLAN.run("throughput", ctx)`); `python -m kernel_lib bench moe` runs them all (`suite`).
+"""The MoE topic's suite: its sections in the notebook's order. Each notebook cell runs one by name
+(`SUITE.run("throughput", ctx)`); `python -m kernel_lib bench moe` runs them all (`run_suite`).
 The correctness tables are sections too: every check the notebook shows is a record."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from kernel_lib.moe.cases import REFERENCE, MoECase, check_table, edge_cases, ma
 from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
 from kernel_lib.moe.presets import preset
 from kernel_lib.moe.shapes import MoEShape
-from kernel_lib.plan import Context, Plan, Section, Table
 from kernel_lib.platform import DeviceFacts, device_facts
+from kernel_lib.suite import Context, Section, Suite, Table
 
 Records = list[rec.Record]
 ROUTING_CHECK_TOKENS = 257  # odd: no preset's expert count divides it
@@ -104,7 +104,7 @@ def sweeps(ctx: Context[MoEBenchConfig]) -> Sweeps:
     return Sweeps(by_axis, [r for records in by_axis.values() for r in records])
 
 
-PLAN = Plan(TOPIC, (
+SUITE = Suite(TOPIC, (
     Section("strategy_check", strategy_check, "every strategy vs the fp64 loop: checks"),
     Section("edge_check", edge_check, "every strategy on the edge cases: checks"),
     Section("throughput", throughput, "forward: dense pair, every strategy, the chosen one"),
@@ -118,7 +118,7 @@ PLAN = Plan(TOPIC, (
 ))  # fmt: skip
 
 
-def suite(params: dict, *, progress: bool = False) -> Records:
+def run_suite(params: dict, *, progress: bool = False) -> Records:
     """Every MoE record on the detected device: the notebook's sections, in its order."""
     cfg = MoEBenchConfig.from_params(params)
-    return PLAN.suite(Context(cfg, device_facts(), progress=progress))
+    return SUITE.run_all(Context(cfg, device_facts(), progress=progress))

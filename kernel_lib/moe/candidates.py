@@ -1,0 +1,180 @@
+"""The MoE notebook's candidates: each timed path of a case with its check, against an fp64 twin
+(tolerances.py) at the timed shape, dtype and mode.
+
+Legend: T tokens, D model, F ffn, E experts, K top-k, A kept assignments. `dense_gemm` is the GEMM
+pair with a case's executed FLOPs ((A, D) @ (D, F) then (A, F) @ (F, D)), the strategies'
+baseline; `dispatch_<strategy>` one strategy, eager or compiled; `seed_style` the old system's
+fp32 training-mode forward; a layer type's preset (router, capacity, dispatch). bench.py's
+sections compare them.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+from kernel_lib import checks
+from kernel_lib.checks import Unsupported
+from kernel_lib.measure import Candidate
+from kernel_lib.moe.cases import MoECase, reference, reference_grads
+from kernel_lib.moe.layers import MoELayer, MoELayerConfig, layer_reference
+from kernel_lib.moe.metrics import load_metrics
+from kernel_lib.moe.seed_style import SeedStyleMoE
+from kernel_lib.moe.strategies import run_strategy, unavailable
+from kernel_lib.moe.tolerances import tolerance
+from kernel_lib.profiling.phases import phase
+
+DENSE, SEED = "dense_gemm", "seed_style"
+PLAIN = "loop"  # the plain comparator's strategy: the obvious loop over experts
+# Weight gradients only (inputs need none): dW_out, dh, dW_in are 3 GEMMs after the forward's 2.
+BACKWARD_FLOPS = 2.5
+
+
+def unsupported(implementation: str, reason: str) -> Candidate:
+    """A candidate that cannot run here: compare records it as skipped with `reason`."""
+
+    def fn():
+        raise Unsupported(reason)
+
+    return Candidate(implementation, fn, check=lambda out: out)
+
+
+def _grads(forward, weights: list[torch.Tensor], grad_out: torch.Tensor):
+    """A function giving dL/dweights for L = <forward(), grad_out> (no .grad accumulated)."""
+
+    def fn():
+        with torch.enable_grad():
+            return torch.autograd.grad(forward(), weights, grad_out)
+
+    return fn
+
+
+def dense_candidate(case: MoECase, *, backward: bool = False) -> Candidate:
+    """The dense GEMM pair with the case's executed FLOPs, in its dtype, checked against the
+    same pair in fp64 on the same operands (output, or weight gradients when `backward`)."""
+    rows, ff = case.executed_rows(), case.feedforward
+    gen = torch.Generator().manual_seed(1)
+    a, grad_out = (torch.randn(rows, ff.hidden, generator=gen).to(case.x) for _ in range(2))
+    w1, w2 = ff.w_in[0].detach().clone(), ff.w_out[0].detach().clone()
+
+    def pair(a, w1, w2):
+        with phase("GEMM 1"):  # SwiGLU's w_in is 2F wide: same FLOPs as its experts
+            h = (a @ w1)[:, : ff.ffn]
+        with phase("GEMM 2"):
+            return h @ w2
+
+    if backward:
+        w1.requires_grad_(True)
+        w2.requires_grad_(True)
+        fn = _grads(lambda: pair(a, w1, w2), [w1, w2], grad_out)
+        w64 = [w.detach().double().requires_grad_(True) for w in (w1, w2)]
+        ref = _grads(lambda: pair(a.double(), *w64), w64, grad_out.double())
+    else:
+        fn = functools.partial(pair, a, w1, w2)
+        ref = functools.partial(pair, a.double(), w1.double(), w2.double())
+    quantity = "grads" if backward else "forward"
+    check = checks.against(
+        ref, reference="fp64 GEMM pair, same operands", tolerance=tolerance(quantity, case.dtype)
+    )
+    flops = rows * ff.flops_per_row() * (BACKWARD_FLOPS if backward else 1)
+    return Candidate(DENSE, fn, check, flops=flops)
+
+
+def strategy_candidate(
+    name: str, case: MoECase, *, backward: bool = False, compiled: bool = False, ref=None
+) -> Candidate:
+    """One strategy on one case: its forward output (eager or compiled) or its expert-weight
+    gradients, checked against the fp64 loop over experts (`ref`: a shared cached reference)."""
+    implementation = f"dispatch_{name}" + ("_compiled" if compiled else "")
+    reason = unavailable(name, case.x, case.feedforward, compiled=compiled, backward=backward)
+    if reason:
+        return unsupported(implementation, reason)
+    feedforward = case.feedforward
+    if backward:
+        feedforward = copy.deepcopy(feedforward).requires_grad_(True)
+
+    def forward():
+        return run_strategy(name, case.x, case.routing, feedforward, capacity=case.shape.capacity)
+
+    if compiled:
+        # The loop's per-expert row counts are data: static shapes would recompile per count.
+        forward = torch.compile(forward, dynamic=name == PLAIN)
+    weights = [feedforward.w_in, feedforward.w_out]
+    fn = _grads(forward, weights, case.grad_out) if backward else forward
+    if backward:
+        check = checks.against(
+            ref or functools.partial(reference_grads, case),
+            reference="fp64 loop over experts, autograd",
+            tolerance=tolerance("grads", case.dtype),
+        )
+    else:
+        check = checks.against(
+            ref or functools.partial(reference, case),
+            reference="fp64 loop over experts",
+            tolerance=tolerance("forward", case.dtype),
+        )
+    flops = case.flops() * (BACKWARD_FLOPS if backward else 1)
+    return Candidate(implementation, fn, check, flops=flops)
+
+
+def seed_style_candidate(case: MoECase, *, capacity_factor: float = 1.25) -> Candidate:
+    """The old system's forward (fp32, training mode, graph recorded, random drops reseeded per
+    call) on the case's x, gate and experts, checked against its fp64 twin with the same
+    routing, drops and dropout masks. FLOPs count only the rows it ran; drops in metrics."""
+    kw = dict(top_k=case.shape.top_k, capacity_factor=capacity_factor)
+    seed = SeedStyleMoE(case.gate, case.feedforward, **kw)
+    twin = SeedStyleMoE(case.gate, case.feedforward, **kw, dtype=torch.float64)
+    x = case.x.float()
+    with torch.no_grad():
+        once = seed(x)
+
+    def fn():
+        with torch.enable_grad():  # as the seed ran: recording the graph
+            return seed(x).y
+
+    def ref():
+        with torch.no_grad():
+            return twin(x).y
+
+    check = checks.against(
+        ref,
+        reference="fp64 twin, same routing, drops and dropout masks",
+        tolerance=tolerance("forward", "float32"),
+    )
+    metrics = {
+        "drop_rate": once.dropped / max(once.assignments, 1),
+        "dropped": once.dropped,
+        "reported_dropped": once.reported_dropped,
+    }
+    flops = float((once.assignments - once.dropped) * case.feedforward.flops_per_row())
+    return Candidate(SEED, fn, check, flops=flops, dtype="float32", metrics=metrics)
+
+
+def layer_candidate(layer_type: str, case: MoECase, strategy: str) -> Candidate:
+    """One layer preset (router, capacity, dispatch) at the case's sizes, eval, no grad; its
+    output checked against the fp64 twin on its own routing. FLOPs: kept expert rows only."""
+    shape = case.shape
+    cfg = MoELayerConfig.for_layer_type(
+        layer_type,
+        hidden=shape.hidden,
+        ffn=shape.ffn,
+        num_experts=shape.experts,
+        top_k=shape.top_k,
+        strategy=strategy,
+    )
+    torch.manual_seed(0)
+    layer = MoELayer(cfg).to(device=case.x.device, dtype=case.x.dtype).eval().requires_grad_(False)
+    reason = unavailable(strategy, case.x, layer.experts)
+    if reason:
+        return unsupported(layer_type, reason)
+    routing, _ = layer.route(case.x)
+    check = checks.against(
+        functools.partial(layer_reference, layer, case.x),
+        reference="fp64 twin on the layer's own routing",
+        tolerance=tolerance("forward", case.dtype),
+    )
+    metrics = {**load_metrics(routing), "K": cfg.top_k}
+    flops = float(int(routing.counts.sum()) * layer.experts.flops_per_row())
+    return Candidate(layer_type, lambda: layer(case.x).y, check, flops=flops, metrics=metrics)

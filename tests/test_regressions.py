@@ -1,0 +1,91 @@
+"""`regressions` on single runs (a cron job's `run`): each record held against its own factor from
+the store (its history's spread, or below HISTORY_RUNS earlier runs the single-run factor), so that
+an A/A does not cry wolf and a slowdown beyond the record's spread is named."""
+
+import shutil
+
+from kernel_lib.compare.verdict import spread_factor
+from kernel_lib.history import regressions, store
+from tests import test_damaged_reports
+from tests.test_store import cli_run, write_report
+
+LARGE = "gemm/large/torch_mm"
+STEADY = (1.0, 1.05, 1.02, 1.01, 1.03)  # a history within 1.05x: its factor is compare's 1.1
+
+
+def runs(tmp_path, *scales: float) -> tuple[int, str]:
+    """One single run per scale of the large record's time, into outputs/cpu one after another
+    (each added by the runners' hook; the last is the latest); `regressions`' exit code and
+    output."""
+    report = tmp_path / "outputs" / "cpu"
+    for day, scale in enumerate(scales, 1):
+        shutil.rmtree(report, ignore_errors=True)
+        write_report(report, f"r{day}", day, scale=scale)
+        store.remember(report)
+    code, out, _ = cli_run("regressions", "--store", tmp_path / "outputs" / store.STORE_NAME)
+    return code, out
+
+
+def slower_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("slower")]
+
+
+def test_an_a_a_within_the_records_spread_is_quiet(tmp_path):
+    code, out = runs(tmp_path, 1.0, 1.06, 0.97, 1.02, 1.04, 0.98)
+    assert code == 0 and not slower_lines(out) and "faster" not in out, out
+    assert (
+        "2 same; factor 1.1 (" in out and f"1 at {spread_factor(1.06 / 0.97):g} (history)" in out
+    )
+
+
+def test_a_record_slowed_beyond_its_history_is_named(tmp_path):
+    code, out = runs(tmp_path, *STEADY, 1.3)
+    (line,) = slower_lines(out)
+    assert code == 1 and LARGE in line and "factor 1.1 (" in line, out
+    assert "its history of 5 runs, 1.050x apart" in line, line
+
+
+def test_a_noisy_record_slowed_within_its_spread_is_not_confirmed(tmp_path):
+    """Teeth for the history's factor: the record's history 1.4x apart (factor 1.8) and 1.6x of
+    its fastest earlier run: `unconfirmed`; slowed beyond 1.8x its slowest earlier run: named."""
+    noisy = (1.0, 1.4, 1.1, 1.2, 1.3)
+    code, out = runs(tmp_path, *noisy, 1.6)
+    assert code == 0 and "1 unconfirmed" in out and "1 at 1.8 (history)" in out, out
+    code, out = runs(tmp_path / "beyond", *noisy, 2.6)
+    assert code == 1 and LARGE in slower_lines(out)[0] and "1.400x apart" in out, out
+
+
+def test_fewer_earlier_runs_take_the_single_run_factor(tmp_path):
+    """With 1 (or 2) earlier runs a record's spread is unknown: 1.3x and 2x are `unconfirmed`
+    (faster ones too), and only a change beyond the single-run factor is named."""
+    factor = regressions.SINGLE_RUN_FACTOR
+    for name, scales in {
+        "slight": (1.0, 1.3),
+        "double": (1.0, 2.0),
+        "two": (1.0, 1.01, 2.0),
+    }.items():
+        code, out = runs(tmp_path / name, *scales)
+        assert code == 0 and "1 unconfirmed" in out and f"2 at {factor:g} (single-run" in out, out
+    code, out = runs(tmp_path / "beyond", 1.0, 1.25 * factor)
+    (line,) = slower_lines(out)
+    assert code == 1 and LARGE in line and f"factor {factor:g} (the single-run factor" in line
+    code, out = runs(tmp_path / "faster", 1.0, 1 / 2.0)  # no spurious faster either
+    assert code == 0 and "faster" not in out and "1 unconfirmed" in out, out
+    code, out = runs(tmp_path / "quartered", 1.0, 0.8 / factor)
+    assert code == 0 and "1 faster" in out, out
+
+
+def test_busy_runs_confirm_only_on_one_thread(tmp_path, monkeypatch):
+    """compare's busy rule stands for runs of several threads (or none said): a 5x slowdown after
+    busy runs is `unconfirmed`; on one torch thread the record's factor decides it."""
+    busy = "1-min load 9.0 at its start > 2 cores"
+    for units, verdict in (("2 threads", "1 unconfirmed"), ("1 threads", "1 slower")):
+        env = {**test_damaged_reports.RUN["environment"], "compute_units": units}
+        monkeypatch.setitem(test_damaged_reports.RUN, "environment", env)
+        report = tmp_path / units / "outputs" / "cpu"
+        for day, scale in enumerate((1.0, 5.0), 1):
+            shutil.rmtree(report, ignore_errors=True)
+            write_report(report, f"r{day}", day, scale=scale, busy=busy)
+            store.remember(report)
+        code, out, _ = cli_run("regressions", "--store", report.parent / store.STORE_NAME)
+        assert code == (verdict == "1 slower") and verdict in out, out
