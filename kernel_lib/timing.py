@@ -44,11 +44,6 @@ class Ratio:
     confidence: float
     rounds: int
 
-    @property
-    def clear(self) -> bool:
-        """False when the interval contains 1: no clear difference."""
-        return not (self.low <= 1.0 <= self.high)
-
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """(median, low, high): the widest-needed order statistics x(k), x(n+1-k) whose coverage of
