@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository (checkout) root
+OUTPUTS = ROOT / "outputs"  # the report folders and the gallery
 
 
 def _inductor_cache_per_isa() -> None:

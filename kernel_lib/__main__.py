@@ -19,10 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernel_lib import allocator
+from kernel_lib import OUTPUTS, allocator
 from kernel_lib.params import (
     OTHER_DEVICE,
-    ROOT,
     ParameterError,
     list_platforms,
     load_plan,
@@ -32,7 +31,6 @@ from kernel_lib.params import (
 from kernel_lib.platform import detect_platform, device_facts
 from kernel_lib.profiling.pending import mode_override
 
-OUTPUTS = ROOT / "outputs"
 # topic -> (module with `run_suite(params)`, notebook whose parameters it takes; None: the platform's backend_*)
 TOPICS = {
     "device": ("kernel_lib.backends.suite", None),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from kernel_lib import outdir, writes
+from kernel_lib import OUTPUTS, outdir, writes
 from kernel_lib.params import (
     ROOT,
     ParameterError,
@@ -24,7 +24,6 @@ from kernel_lib.params import (
 
 PARAMETERS = ROOT / "parameters"
 NOTEBOOKS = ROOT / "notebooks"
-OUTPUTS = ROOT / "outputs"
 
 
 class DeviceRunError(ParameterError):

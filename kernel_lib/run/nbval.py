@@ -9,11 +9,11 @@ import shutil
 import subprocess
 import sys
 
+from kernel_lib import OUTPUTS
 from kernel_lib.params import ROOT, ParameterError
 from kernel_lib.records import RESULTS_DIR_ENV
 from kernel_lib.run.runner import say_other_code
 
-OUTPUTS = ROOT / "outputs"
 # the notebooks side by side, one per core (pytest-xdist), each one's cells in order in one kernel
 PARALLEL = ("-n", "auto", "--maxprocesses", "4", "--dist", "loadfile")
 
