@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from kernel_lib.platform import DeviceFacts
+from kernel_lib.run.nbval import threads_each
 
 matplotlib.use("Agg")
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # pytest-xdist's workers side by side each take their share of the cores as torch threads
+    # (the notebooks and commands a test starts inherit it), as `kernel_lib check` gives its notebooks
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads_each(int(workers))))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 if not torch.cuda.is_available():
     # Triton runs here only under its interpreter, which must be on before triton is first imported
     # (by torch.compile or a kernel module): triton's own tl.* helpers are @jit-decorated at import.
