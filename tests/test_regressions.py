@@ -1,10 +1,9 @@
-"""`regressions` on single runs (a cron job's `run`): each record held against its own factor from
-the store (its history's spread, or below HISTORY_RUNS earlier runs the single-run factor), so that
-an A/A does not cry wolf and a slowdown beyond the record's spread is named."""
+"""`regressions` on single runs (a cron job's `run`): each record held against its own factor, at
+least the single-run factor of quiet or busy runs, raised by its history's spread, so that an A/A
+does not cry wolf and a slowdown beyond the record's factor is named."""
 
 import shutil
 
-from kernel_lib.compare.verdict import spread_factor
 from kernel_lib.history import regressions, store
 from tests import test_damaged_reports
 from tests.test_store import cli_run, write_report
@@ -33,32 +32,37 @@ def slower_lines(out: str) -> list[str]:
 def test_an_a_a_within_the_records_spread_is_quiet(tmp_path):
     code, out = runs(tmp_path, 1.0, 1.06, 0.97, 1.02, 1.04, 0.98)
     assert code == 0 and not slower_lines(out) and "faster" not in out, out
-    assert (
-        "2 same; factor 1.1 (" in out and f"1 at {spread_factor(1.06 / 0.97):g} (history)" in out
-    )
+    factor = regressions.QUIET_SINGLE_RUN_FACTOR
+    assert "2 same; factor 1.1 (" in out and f"2 at {factor:g} (single-run factor)" in out, out
 
 
-def test_a_record_slowed_beyond_its_history_is_named(tmp_path):
-    code, out = runs(tmp_path, *STEADY, 1.3)
+def test_a_record_slowed_beyond_the_single_run_factor_is_named(tmp_path):
+    """After a steady history the quiet single-run factor decides: 1.3x and 2x `unconfirmed`
+    (one run cannot tell them from another state of the machine), 3x named."""
+    factor = regressions.QUIET_SINGLE_RUN_FACTOR
+    for scale in (1.3, 2.0):
+        code, out = runs(tmp_path / str(scale), *STEADY, scale)
+        assert code == 0 and "1 unconfirmed" in out and not slower_lines(out), out
+    code, out = runs(tmp_path / "beyond", *STEADY, 1.25 * factor)
     (line,) = slower_lines(out)
-    assert code == 1 and LARGE in line and "factor 1.1 (" in line, out
+    assert code == 1 and LARGE in line and f"factor {factor:g} (the single-run factor" in line
     assert "its history of 5 runs, 1.050x apart" in line, line
 
 
 def test_a_noisy_record_slowed_within_its_spread_is_not_confirmed(tmp_path):
-    """Teeth for the history's factor: the record's history 1.4x apart (factor 1.8) and 1.6x of
-    its fastest earlier run: `unconfirmed`; slowed beyond 1.8x its slowest earlier run: named."""
-    noisy = (1.0, 1.4, 1.1, 1.2, 1.3)
-    code, out = runs(tmp_path, *noisy, 1.6)
-    assert code == 0 and "1 unconfirmed" in out and "1 at 1.8 (history)" in out, out
-    code, out = runs(tmp_path / "beyond", *noisy, 2.6)
-    assert code == 1 and LARGE in slower_lines(out)[0] and "1.400x apart" in out, out
+    """Teeth for the history's factor: the record's history 2x apart (factor 3) and 3x of its
+    fastest earlier run: `unconfirmed`; slowed beyond 3x its slowest earlier run: named."""
+    noisy = (1.0, 2.0, 1.1, 1.5, 1.3)
+    code, out = runs(tmp_path, *noisy, 3.0)
+    assert code == 0 and "1 unconfirmed" in out and "1 at 3 (history)" in out, out
+    code, out = runs(tmp_path / "beyond", *noisy, 6.5)
+    assert code == 1 and LARGE in slower_lines(out)[0] and "2.000x apart" in out, out
 
 
-def test_fewer_earlier_runs_take_the_single_run_factor(tmp_path):
-    """With 1 (or 2) earlier runs a record's spread is unknown: 1.3x and 2x are `unconfirmed`
-    (faster ones too), and only a change beyond the single-run factor is named."""
-    factor = regressions.SINGLE_RUN_FACTOR
+def test_one_earlier_run_takes_the_single_run_factor(tmp_path):
+    """With one (or two) earlier runs: 1.3x and 2x are `unconfirmed` (faster ones too), and only
+    a change beyond the single-run factor is named."""
+    factor = regressions.QUIET_SINGLE_RUN_FACTOR
     for name, scales in {
         "slight": (1.0, 1.3),
         "double": (1.0, 2.0),
@@ -68,7 +72,9 @@ def test_fewer_earlier_runs_take_the_single_run_factor(tmp_path):
         assert code == 0 and "1 unconfirmed" in out and f"2 at {factor:g} (single-run" in out, out
     code, out = runs(tmp_path / "beyond", 1.0, 1.25 * factor)
     (line,) = slower_lines(out)
-    assert code == 1 and LARGE in line and f"factor {factor:g} (the single-run factor" in line
+    assert (
+        code == 1 and LARGE in line and "factor 2.5 (the single-run factor of quiet runs" in line
+    )
     code, out = runs(tmp_path / "faster", 1.0, 1 / 2.0)  # no spurious faster either
     assert code == 0 and "faster" not in out and "1 unconfirmed" in out, out
     code, out = runs(tmp_path / "quartered", 1.0, 0.8 / factor)
@@ -77,7 +83,7 @@ def test_fewer_earlier_runs_take_the_single_run_factor(tmp_path):
 
 def test_busy_runs_confirm_only_on_one_thread(tmp_path, monkeypatch):
     """compare's busy rule stands for runs of several threads (or none said): a 5x slowdown after
-    busy runs is `unconfirmed`; on one torch thread the record's factor decides it."""
+    busy runs is `unconfirmed`; on one torch thread the busy single-run factor (4) decides it."""
     busy = "1-min load 9.0 at its start > 2 cores"
     for units, verdict in (("2 threads", "1 unconfirmed"), ("1 threads", "1 slower")):
         env = {**test_damaged_reports.RUN["environment"], "compute_units": units}

@@ -11,13 +11,12 @@ A/A of `ab` kept in .cache/ab/noise-floor-<platform>.json, else 1.1.
 What one run's samples cannot show is the machine's run-to-run spread: on a shared VM a kernel's
 speed sits in one state for a whole process, states 1.1-1.4x apart (and, here, up to 3.9x), with
 intervals of +-1 % inside each run (docs/speed-states.md). So each record of a single-run
-comparison (fewer than 3 runs a side) gets its own factor f_rec from the store, never below f:
-- with >= HISTORY_RUNS earlier runs (of the PREVIOUS_RUNS compared with) holding it, their medians'
-  spread w = max / min sets f_rec = max(f, 1 + 2 (w - 1)) (compare's "twice the widest excursion"
-  rule for a noise floor, verdict.spread_factor); with >= 3 runs a side, where the permutation
-  test decides, from 2 earlier runs;
-- with fewer (1 or 2: the record's spread unknown or one pair's), f_rec = max(f, the history's,
-  SINGLE_RUN_FACTOR), the widest ratio A/A pairs of single runs reached here (below), never 1.1.
+comparison (fewer than 3 runs a side) gets its own factor f_rec, never below f nor below the
+single-run factor: QUIET_SINGLE_RUN_FACTOR where no run on either side was flagged busy, else
+SINGLE_RUN_FACTOR (below); where >= 2 earlier runs hold the record, their medians' spread
+w = max / min can raise it to 1 + 2 (w - 1) (compare's "twice the widest excursion" rule for a
+noise floor, verdict.spread_factor). With >= 3 runs a side the permutation test decides, at f
+or the history's factor.
 A slowdown is confirmed only when, at f_rec, compare's rules call it AND the latest runs lie beyond
 the slowest earlier median by f_rec AND its samples' 95 % interval is narrower than f_rec (high /
 low < f_rec: a run whose samples moved between states mid-run has no median to trust); `faster`
@@ -28,22 +27,27 @@ machine wait for each other's time slice. It is lifted where every run of both s
 one torch thread (run.json's compute_units "1 threads"), whose run-to-run spread the factors
 above were measured on.
 
-Measured (AMD EPYC, 2 vCPU, torch 2.13, `run --platform ci --only fp8` of one frozen revision, 57
-timed records, every run flagged busy: 1-min load 8-9 from other jobs):
-- 2 torch threads (the default), 8 A/A runs: records up to 1700x apart between runs (sections whose
-  threads waited for their time slice), so no factor covers them: the busy rule stays.
-- 1 torch thread (OMP_NUM_THREADS=1), 7 A/A runs, 21 pairs (1197 record pairs): ratios p50 1.023,
-  p90 1.16, p99 1.91, widest 3.85 (a compiled dequantising linear): SINGLE_RUN_FACTOR = 4.0.
-  Every run as the latest against the ones before it: 0 of 21 checks with 1 earlier run, 0 of 15
-  with 2, 0 of 35 with 3, 0 of 21 with 4, 0 of 7 with 5 exit 1; with 2 earlier runs and no
-  single-run floor, 2 of 35 did (µs-size copies 1.20-1.28x, a state neither earlier run had
-  met): hence HISTORY_RUNS = 3.
-  Without the interval rule, 1 of 7 checks with 5 earlier runs (a record at 1.97x [1.59, 2.10]).
-- bf16_linear slowed 2x and 1.3x (KERNEL_WORKBOOK_TEST_SLOWDOWN): after 5 A/A runs 6 of its 7
-  records `slower` and nothing else, exit 1, in each of 6 checks (of each size; the seventh moved
-  between states in its run: a 2.7-10x interval); after 3, exit 1 in 20 of 20 checks; in a second
-  sequence (3 and 5 earlier runs) 7 of 7 at 2x, 6 and 7 at 1.3x, nothing else. After 1 or 2
-  earlier runs: `unconfirmed`, exit 0.
+Measured (AMD EPYC, 2 vCPU, no AMX, torch 2.13, `run --platform ci --only fp8` of one frozen
+revision, 57 timed records):
+- Quiet (1-min load 1-2, no run flagged busy), 2 torch threads (the default), 6 A/A runs, 15 pairs
+  (855 record pairs): ratios p50 1.027, p90 1.246, p99 1.405, widest 1.445 (a µs-size C
+  dequantising linear; the first run against the others). Every run as the latest against the
+  ones before it: 0 of 5 checks exit 1. A factor from 3 earlier runs' own spread alone (1.106x)
+  cried wolf on the fourth (a 2.7 µs record at 1.128x [1.109, 1.157]), and a floor from all
+  records' spread (the p90 of 5 earlier runs, 1.06x: all in one state) on a later run whose
+  GEMMs sat 1.16-1.44x slower in another state: hence the floor on every single run. In 4 more
+  runs an unslowed record moved 2.02x (a µs-size bf16 grouped GEMM): QUIET_SINGLE_RUN_FACTOR 2.5.
+  bf16_linear slowed (KERNEL_WORKBOOK_TEST_SLOWDOWN): 3x after 1 earlier run, 6 of its 7 records
+  `slower` (2.58-3.14x) and nothing else, exit 1; 3x after 6, its block record, exit 1; 2x and
+  1.3x after 1 or 6: `unconfirmed`, exit 0: a single run shows only slowdowns beyond ~2.5x.
+- Busy (1-min load 8-9 from other jobs, every run flagged):
+  - 2 torch threads, 8 A/A runs: records up to 1700x apart between runs (sections whose threads
+    waited for their time slice), so no factor covers them: the busy rule stays.
+  - 1 torch thread (OMP_NUM_THREADS=1), 7 A/A runs, 21 pairs (1197 record pairs): ratios p50
+    1.023, p90 1.16, p99 1.91, widest 3.85 (a compiled dequantising linear): SINGLE_RUN_FACTOR
+    4.0. 0 of 99 checks (1-5 earlier runs each) exit 1. bf16_linear slowed 2x and 1.3x: exit 1
+    after 3 and 5 earlier runs when a record's history alone set its factor (20 of 20 checks),
+    which the quiet A/A above showed cries wolf.
 Each line says which factor its verdict used and where it came from (its history of N runs, the
 single-run factor, or compare's: the default, `--factor`, a noise floor).
 
@@ -68,8 +72,10 @@ from kernel_lib.history import store
 from kernel_lib.params import ParameterError
 
 PREVIOUS_RUNS = 5  # the earlier runs the latest is compared with
-HISTORY_RUNS = 3  # earlier runs of a record from which its spread alone sets a single run's factor
-SINGLE_RUN_FACTOR = 4.0  # below HISTORY_RUNS: above the widest A/A pair measured (docstring)
+# A single run's factor at least (docstring): where no run on either side was busy, above the
+# widest swing of quiet runs (2.02x); else (one thread), above the widest busy A/A pair (3.85x).
+QUIET_SINGLE_RUN_FACTOR = 2.5
+SINGLE_RUN_FACTOR = 4.0
 SOURCES = ("history", "single-run factor")  # where a record's factor came from, besides compare's
 
 
@@ -79,16 +85,19 @@ def _describe(rows: list[dict]) -> str:
 
 
 def record_factor(
-    factor: float, factor_from: str, earlier: list[float], latest: int = 1
+    factor: float, factor_from: str, earlier: list[float], latest: int = 1, *, quiet: bool = False
 ) -> tuple[float, str, str]:
     """(factor, where it came from, which of SOURCES or '' for compare's own) for a record whose
     medians in the earlier runs are `earlier` and that the latest report ran `latest` times,
-    compare's factor being `factor` (`factor_from`)."""
+    compare's factor being `factor` (`factor_from`); `quiet`: no run on either side was busy."""
     chosen, why, source = factor, factor_from, ""
-    single = min(len(earlier), latest) < MIN_RUNS  # decided by the runs' samples
-    if single and 0 < len(earlier) < HISTORY_RUNS and SINGLE_RUN_FACTOR > factor:
-        chosen, source = SINGLE_RUN_FACTOR, SOURCES[1]
-        why = f"the single-run factor: {len(earlier)} earlier run(s), fewer than {HISTORY_RUNS}"
+    if earlier and min(len(earlier), latest) < MIN_RUNS:  # decided by the runs' samples
+        single, state = (
+            (QUIET_SINGLE_RUN_FACTOR, "quiet") if quiet else (SINGLE_RUN_FACTOR, "busy")
+        )
+        if single > factor:
+            chosen, source = single, SOURCES[1]
+            why = f"the single-run factor of {state} runs"
     if len(earlier) >= 2:
         widest = max(earlier) / min(earlier) if min(earlier) > 0 else math.inf
         spread = f"its history of {len(earlier)} runs, {widest:.3f}x apart"
@@ -106,17 +115,18 @@ def threads(row: dict) -> int | None:
     return int(count) if kind == "threads" and count.isdigit() else None
 
 
-def decided(c: Comparison, busy: bool) -> Comparison:
+def decided(c: Comparison, busy: bool, quiet: bool = False) -> Comparison:
     """`c` with each timed record decided at its own factor (record_factor) by compare's rules,
     beyond the closest earlier run by it, its samples' interval narrower than it; `busy`:
-    compare's busy rule applies (a run flagged busy confirms nothing from its samples)."""
+    compare's busy rule applies (a run flagged busy confirms nothing from its samples); `quiet`:
+    no run was flagged busy."""
     a_rows, b_rows = _by_key(c.a), _by_key(c.b)
     table = c.table.assign(factor=math.nan, factor_from="", source="")
     for i, row in zip(table.index, table.itertuples()):
         if not isinstance(row.a_run_ms, list):  # not timed on both sides
             continue
         factor, why, source = record_factor(
-            c.factor, c.factor_from, row.a_run_ms, len(row.b_run_ms)
+            c.factor, c.factor_from, row.a_run_ms, len(row.b_run_ms), quiet=quiet
         )
         verdict = record_verdict(
             row.a_run_ms, row.b_run_ms, _samples(a_rows[row.key]), _samples(b_rows[row.key]),
@@ -168,7 +178,7 @@ def check_platform(
         raise CompareError(f"{where}: {err}") from None
     one_thread = all(threads(r) == 1 for r in (*a_rows, *b_rows))
     busy = [r.run_id for r in (*c.a, *c.b) if r.busy]
-    c = decided(c, bool(busy) and not one_thread)
+    c = decided(c, bool(busy) and not one_thread, quiet=not busy)
     lines = []
     for row in c.table.itertuples():
         if row.verdict in FAILING:
