@@ -339,16 +339,21 @@ def test_a_shape_stays_typed_from_record_to_bar_label(tmp_path, cpu_facts):
     assert _ticks(_by_key(root)[SEED]) == ["h100 T=4096", "h100 T=16384"]  # never T=4096.0
 
 
-def test_the_check_run_at_ci_sizes_is_listed_apart_without_bars(outputs, cpu_facts):
-    """outputs/reference (the ci platform file's tiny sizes, for nbval) is a check run: listed
-    under its own heading, never a bar or a column beside the platforms, nor a trend line."""
-    _report(outputs / "reference", cpu_facts, 0.5, platform=REFERENCE_PLATFORM)
-    for day, folder in enumerate(("cpu", "reference", "cpu", "reference"), 1):  # two runs each
+def _remember_runs(outputs: Path, folders: tuple[str, ...]) -> None:
+    """Each folder's report added to the store as a run of its own, one day after another."""
+    for day, folder in enumerate(folders, 1):
         run_file = outputs / folder / "run.json"
         run = json.loads(run_file.read_text())
         run.update(run_id=f"r{day}", started_utc=f"2026-01-0{day}T00:00:00+00:00")
         run_file.write_text(json.dumps(run))
         store.remember(outputs / folder)
+
+
+def test_the_check_run_at_ci_sizes_is_listed_apart_without_bars(outputs, cpu_facts):
+    """outputs/reference (the ci platform file's tiny sizes, for nbval) is a check run: listed
+    under its own heading, never a bar or a column beside the platforms, nor a trend line."""
+    _report(outputs / "reference", cpu_facts, 0.5, platform=REFERENCE_PLATFORM)
+    _remember_runs(outputs, ("cpu", "reference", "cpu", "reference"))  # two runs each
     text = build_gallery(outputs).read_text()
     platforms, rest = text.split("<h2>Check run at CI sizes</h2>", 1)
     checks, headlines = rest.split("<h2>Headlines</h2>", 1)
@@ -359,6 +364,21 @@ def test_the_check_run_at_ci_sizes_is_listed_apart_without_bars(outputs, cpu_fac
     assert trend_points == ["2", "2"]  # cpu's two runs alone
     trends, _ = store_trends(outputs)
     assert set(trends["platform"]) == {"cpu", REFERENCE_PLATFORM}  # the store keeps both
+
+
+def test_a_users_runs_of_the_ci_file_are_a_platform_with_its_trend(outputs, cpu_facts):
+    """`run --platform ci` twice into outputs/ci: its bars and a two-point trend, as any
+    platform's; only the folder `make reference` writes is the check run."""
+    _report(outputs / "ci", cpu_facts, 0.5, platform=REFERENCE_PLATFORM)
+    _report(outputs / "reference", cpu_facts, 0.25, platform=REFERENCE_PLATFORM)
+    _remember_runs(outputs, ("ci", "reference", "ci"))
+    text = build_gallery(outputs).read_text()
+    platforms, rest = text.split("<h2>Check run at CI sizes</h2>", 1)
+    headlines = rest.split("<h2>Headlines</h2>", 1)[1]
+    assert 'href="ci/index.html"' in platforms and "0.50x" in headlines
+    assert "0.25x" not in headlines
+    trend_points = re.findall(r'data-key="moe[^"]*"[^>]*data-trend-points="(\d)"', headlines)
+    assert trend_points == ["2", "2"]  # outputs/ci's two runs, not the reference's
 
 
 def reading(monkeypatch) -> list[Path]:

@@ -26,7 +26,13 @@ from kernel_lib.report.findings import (
 from kernel_lib.report.markup import details, link, page, table, text
 from kernel_lib.report.pages import panels_html
 from kernel_lib.report.phases import gallery_phase_images
-from kernel_lib.report.read import REFERENCE_PLATFORM, Report, read_report, report_folders
+from kernel_lib.report.read import (
+    REFERENCE_FOLDER,
+    REFERENCE_PLATFORM,
+    Report,
+    read_report,
+    report_folders,
+)
 from kernel_lib.report.trends import store_trends
 from kernel_lib.writes import report_holding, write_text
 
@@ -138,8 +144,8 @@ def build_gallery(outputs: str | Path, reports: Iterable[Report] = ()) -> Path:
     target = check_gallery(outputs, "gallery:")
     known = {r.folder.resolve(): r for r in reports}
     read = [known.get(f.resolve()) or read_report(f) for f in report_folders(outputs)]
-    checks = [r for r in read if r.run.get("platform") == REFERENCE_PLATFORM]
-    measured = [r for r in read if r.run.get("platform") != REFERENCE_PLATFORM]
+    checks = [r for r in read if r.folder.name == REFERENCE_FOLDER]
+    measured = [r for r in read if r.folder.name != REFERENCE_FOLDER]
     listing = [_platform_row(outputs, r) for r in measured]
     frames = [headline_rows(r.records, r.folder.name) for r in measured]
     profiles = {r.folder.name: r.records for r in measured}
@@ -155,7 +161,7 @@ def build_gallery(outputs: str | Path, reports: Iterable[Report] = ()) -> Path:
     )
     if len(rows):
         shown = headline_table(rows, platforms)
-        trends, trends_note = store_trends(outputs, leave_out=REFERENCE_PLATFORM)
+        trends, trends_note = store_trends(outputs, leave_out=REFERENCE_FOLDER)
         phases, no_phases = gallery_phase_images(profiles)
         headlines_html = (
             trends_note

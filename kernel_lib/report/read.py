@@ -12,9 +12,11 @@ import pandas as pd
 from kernel_lib.report.aggregate import RUN_FILE, aggregate_records, repeat_of
 from kernel_lib.reportfiles import notebook_records, read_run, read_table
 
-# The platform file of the check run at CI sizes (`make reference`: outputs/reference, the nbval
-# reference set): its reports are checks, never set beside the platforms' figures.
+# The check run at CI sizes: `make reference` runs the platform file REFERENCE_PLATFORM into
+# outputs/REFERENCE_FOLDER, the nbval reference set. That folder is a check, never set beside the
+# platforms' figures nor a point of a trend; a user's own `run --platform ci` (outputs/ci) is a run.
 REFERENCE_PLATFORM = "ci"
+REFERENCE_FOLDER = "reference"
 # What a report shows from its run.json, beyond the notebooks' own rows (reportfiles.RunInfo).
 RUN_KEYS = (
     "platform", "parameters", "started_utc", "finished_utc", "git", "command", "environment",

@@ -18,7 +18,7 @@ from kernel_lib.history import store
 from kernel_lib.params import ParameterError
 
 CHANGES = ("torch", "device", "allocator")  # a mark where one of these changed
-COLUMNS = ["key", "platform", "record_id", "date", "value", "measure", *CHANGES]
+COLUMNS = ["key", "platform", "record_id", "date", "value", "measure", "folder", *CHANGES]
 
 
 def trend_rows(path: Path) -> pd.DataFrame:
@@ -39,6 +39,7 @@ def trend_rows(path: Path) -> pd.DataFrame:
                 "date": pd.Timestamp(run["started_utc"]),
                 "value": value,
                 "measure": measure,
+                "folder": run["folder"],
                 **{c: run[c] for c in CHANGES},
             }
         )
@@ -79,13 +80,13 @@ def draw_trend(ax, rows: pd.DataFrame) -> list[str]:
 
 def store_trends(outputs: Path, leave_out: str = "") -> tuple[pd.DataFrame | None, str]:
     """The trend rows of the store beside the gallery of `outputs` (None without one), but those
-    of the platform `leave_out`, and the HTML line that says why there are none when the store
-    cannot be read ('' otherwise)."""
+    of runs in a report folder named `leave_out`, and the HTML line that says why there are none
+    when the store cannot be read ('' otherwise)."""
     path = store.store_path(report=Path(outputs) / "index.html")
     if path is None or not path.exists():
         return None, ""
     try:
         rows = trend_rows(path)
-        return rows[rows["platform"] != leave_out], ""
+        return rows[rows["folder"].map(lambda f: Path(f or "").name) != leave_out], ""
     except (ParameterError, sqlite3.Error) as err:
         return None, f"<p>No trends in the panels: {html.escape(str(err))}</p>"

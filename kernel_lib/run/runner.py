@@ -28,7 +28,7 @@ from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RU
 from kernel_lib.report.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.pages import build_report
-from kernel_lib.report.read import REFERENCE_PLATFORM, Report, read_report
+from kernel_lib.report.read import REFERENCE_FOLDER, REFERENCE_PLATFORM, Report, read_report
 from kernel_lib.reportfiles import read_run
 from kernel_lib.run.environment import environment, kernel_allocator, kernel_environment
 from kernel_lib.run.execute import FAILED_STATUSES, KERNEL_NAME, STOPPED, NotebookResult, execute
@@ -95,7 +95,7 @@ def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResu
     return False
 
 
-REFERENCE = ROOT / "outputs" / "reference"  # the nbval reference set: `make reference` alone
+REFERENCE = ROOT / "outputs" / REFERENCE_FOLDER  # the nbval reference set: `make reference` alone
 
 
 def refuse_reference(out_dir: Path, platform: str, params: list, reference: bool) -> None:
