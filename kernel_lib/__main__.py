@@ -107,7 +107,8 @@ def cmd_report(args) -> int:
         galleries = [g for g in galleries if g.name == "outputs"]
     for gallery in galleries:  # before any report is rebuilt
         check_gallery(gallery, "--gallery" if args.gallery else "gallery:")
-    reports = rebuild_reports(dirs or None, outputs=OUTPUTS)
+    # no DIR: the reports of the gallery's folder (--gallery DIR's, else outputs/)
+    reports = rebuild_reports(dirs or None, outputs=galleries[0] if args.gallery else OUTPUTS)
     for report in reports:
         print(f"report: {report.index}")
     for gallery in galleries:  # each report read once: the gallery takes them as read
@@ -277,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         help="rebuild reports and the gallery from saved records (no notebook is run)",
     )
     report.add_argument(
-        "dirs", nargs="*", metavar="DIR", help="report folders (default: every one under outputs/)"
+        "dirs",
+        nargs="*",
+        metavar="DIR",
+        help="report folders (default: every one under outputs/, or under --gallery DIR)",
     )
     report.add_argument(
         "--gallery",

@@ -394,6 +394,15 @@ def reading(monkeypatch) -> list[Path]:
     return read
 
 
+def test_a_gallery_elsewhere_rebuilds_its_own_folders_reports(outputs, capsys):
+    """`report --gallery DIR` without folders rebuilds the reports in DIR, never this checkout's
+    outputs/."""
+    assert cli.main(["report", "--gallery", str(outputs)]) == 0
+    rebuilt = [line.split(" ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    assert sorted(rebuilt[:-1]) == sorted(str(f / "index.html") for f in report_folders(outputs))
+    assert rebuilt[-1] == str(outputs / "index.html")
+
+
 def test_each_results_file_is_read_once_for_the_reports_and_the_gallery(outputs, monkeypatch):
     read = reading(monkeypatch)
     assert cli.main(["report", str(outputs / "h100"), "--gallery", str(outputs)]) == 0
