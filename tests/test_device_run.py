@@ -349,8 +349,14 @@ def test_ctrl_c_stops_the_child_without_echoing_its_traceback():
         "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
         "print('ready', flush=True); time.sleep(60)"
     )
-    with pytest.raises(KeyboardInterrupt):
-        budget.run_bounded(_python(code), 60.0, echo=echo, grace_s=5.0)
+    # Python's own handler, as under a terminal: a process started in the background by a shell
+    # without job control inherits SIGINT ignored, and interrupt_main then does nothing
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            budget.run_bounded(_python(code), 60.0, echo=echo, grace_s=5.0)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert echoed == ["ready"]
 
 

@@ -22,8 +22,8 @@ PARALLEL = ("-n", "auto", "--maxprocesses", str(MAX_WORKERS), "--dist", "loadfil
 def threads_each(workers: int) -> int:
     """Torch threads for each of `workers` processes side by side: their share of the cores this
     process may use, at least one. Two notebooks of two threads each on two cores wait on each
-    other's time slices: the reference check took 225 s so and 154 s with one thread each (its
-    moe notebook 120 s and 20 s; AMD EPYC, 2 vCPU, empty Inductor cache)."""
+    other's time slices: the reference check took 225 s so, 154 s with one thread each (its moe
+    notebook 120 s against 20 s; AMD EPYC, 2 vCPU, empty Inductor cache)."""
     return max(1, len(os.sched_getaffinity(0)) // workers)
 
 
