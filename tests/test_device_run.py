@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from argparse import Namespace
 from pathlib import Path
@@ -358,6 +359,22 @@ def test_ctrl_c_stops_the_child_without_echoing_its_traceback():
     finally:
         signal.signal(signal.SIGINT, handler)
     assert echoed == ["ready"]
+
+
+def test_a_ctrl_c_while_the_output_reader_starts_still_stops_the_child(monkeypatch):
+    """Thread.start waits for the new thread: under load a Ctrl-C or SIGTERM lands there, and
+    the child must be stopped all the same (it once ran on, sleeping)."""
+
+    class Interrupted(threading.Thread):
+        def start(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(budget.threading, "Thread", Interrupted)
+    before = {p.pid for p in psutil.Process().children()}
+    with pytest.raises(KeyboardInterrupt):
+        budget.run_bounded(_python("import time; time.sleep(60)"), 60.0, grace_s=1.0)
+    left = [p for p in psutil.Process().children() if p.pid not in before]
+    assert all(p.status() == psutil.STATUS_ZOMBIE for p in left), left
 
 
 def test_help_needs_no_psutil():

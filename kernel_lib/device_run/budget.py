@@ -119,6 +119,18 @@ def run_bounded(
     """Run `command` with its output passed line by line to `echo`, stopped (`_stop`) once it
     has run `limit_s` seconds. Ctrl-C here stops it the same way, then goes on up. What a child
     prints once it is being stopped (a kernel's traceback) is kept in the outcome, not echoed."""
+    lines, stopping, stopped = [], threading.Event(), False
+
+    def pump():
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if not stopping.is_set():
+                echo(lines[-1])
+
+    # Everything but the start is made first: a Ctrl-C or SIGTERM from the moment the child exists
+    # lands in the try below, which stops it (Thread.start waits for the thread: under load the
+    # signal arrived there and the child ran on)
+    reader = threading.Thread(target=pump, daemon=True)
     started = time.monotonic()
     process = subprocess.Popen(
         command,
@@ -130,18 +142,8 @@ def run_bounded(
         cwd=cwd,
         start_new_session=True,  # a terminal's Ctrl-C reaches us, and we decide what it stops
     )
-    lines, stopping = [], threading.Event()
-
-    def pump():
-        for line in process.stdout:
-            lines.append(line.rstrip("\n"))
-            if not stopping.is_set():
-                echo(lines[-1])
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    stopped = False
     try:
+        reader.start()
         process.wait(timeout=max(limit_s, 0.0))
     except subprocess.TimeoutExpired:
         stopped = True
