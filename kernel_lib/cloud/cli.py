@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kernel_lib import OUTPUTS
 from kernel_lib.cloud import jobs, tasks
-from kernel_lib.params import ROOT, ParameterError
+from kernel_lib.params import ParameterError
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -126,7 +127,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "swapped in once complete) and rebuild the gallery",
     )
     collect.add_argument("source", help="the --bucket URL given to launch, or a local folder")
-    collect.add_argument("--out", default=str(ROOT / "outputs"), help="default: outputs/")
+    collect.add_argument("--out", default=str(OUTPUTS), help="default: outputs/")
     collect.add_argument("--platforms", help=platforms_help + " (default: all found)")
     collect.set_defaults(func=cmd_collect)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib import ROOT
+from kernel_lib import OUTPUTS
 from kernel_lib.compare.noise import read_noise_floor
 from kernel_lib.history import regressions, store
 from kernel_lib.params import ParameterError
@@ -130,7 +130,7 @@ def add_parsers(subparsers) -> None:
         "--rebuild", action="store_true", help="rebuild the store from the report folders"
     )
     history.add_argument(
-        "--outputs", type=Path, default=ROOT / "outputs", help="where --rebuild reads reports"
+        "--outputs", type=Path, default=OUTPUTS, help="where --rebuild reads reports"
     )
     history.add_argument(
         "--add",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib import ROOT
+from kernel_lib import OUTPUTS
 from kernel_lib.records.ids import stamp
 from kernel_lib.records.schema import Record
 from kernel_lib.records.tables import to_dicts, to_frame, to_frame_with_verdict
@@ -22,7 +22,7 @@ RESULTS_SUFFIX = ".results.json"
 RESULTS_DIR_ENV = "KERNEL_WORKBOOK_RESULTS_DIR"
 NOTEBOOK_ENV = "KERNEL_WORKBOOK_NOTEBOOK"
 # Where results go when nothing says otherwise (JupyterLab; papermill without an output path).
-LOCAL_RESULTS_DIR = ROOT / "outputs" / "local"
+LOCAL_RESULTS_DIR = OUTPUTS / "local"
 
 
 def resolve_results_dir(

@@ -20,6 +20,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from kernel_lib import OUTPUTS
 from kernel_lib.history.store import remember
 from kernel_lib.outdir import RUN_FILE, owned, staged
 from kernel_lib.params import ROOT, ParameterError, Plan
@@ -95,7 +96,7 @@ def _keep_or_replace(staging: Path, name: str, aside: Path, result: NotebookResu
     return False
 
 
-REFERENCE = ROOT / "outputs" / REFERENCE_FOLDER  # the nbval reference set: `make reference` alone
+REFERENCE = OUTPUTS / REFERENCE_FOLDER  # the nbval reference set: `make reference` alone
 
 
 def refuse_reference(out_dir: Path, platform: str, params: list, reference: bool) -> None:
