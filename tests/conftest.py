@@ -7,8 +7,7 @@ import nbformat
 import pytest
 import torch
 
-from kernel_lib.platform import DeviceFacts
-from kernel_lib.run.nbval import threads_each
+from kernel_lib.platform import DeviceFacts, threads_each
 
 matplotlib.use("Agg")
 if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):

@@ -11,20 +11,13 @@ import sys
 
 from kernel_lib import OUTPUTS
 from kernel_lib.params import ROOT, ParameterError
+from kernel_lib.platform import threads_each
 from kernel_lib.records import RESULTS_DIR_ENV
 from kernel_lib.run.runner import say_other_code
 
 # the notebooks side by side, one per core (pytest-xdist), each one's cells in order in one kernel
 MAX_WORKERS = 4
 PARALLEL = ("-n", "auto", "--maxprocesses", str(MAX_WORKERS), "--dist", "loadfile")
-
-
-def threads_each(workers: int) -> int:
-    """Torch threads for each of `workers` processes side by side: their share of the cores this
-    process may use, at least one. Two notebooks of two threads each on two cores wait on each
-    other's time slices: the reference check took 225 s so, 154 s with one thread each (its moe
-    notebook 120 s against 20 s; AMD EPYC, 2 vCPU, empty Inductor cache)."""
-    return max(1, len(os.sched_getaffinity(0)) // workers)
 
 
 def check(platform: str, only: str | None = None) -> int:
@@ -69,8 +62,7 @@ def check(platform: str, only: str | None = None) -> int:
     ]
     # the re-executed notebooks save their records into the copy, never into outputs/local/
     env = {**os.environ, RESULTS_DIR_ENV: str(work)}
-    workers = min(len(os.sched_getaffinity(0)), MAX_WORKERS, len(notebooks))
-    env.setdefault("OMP_NUM_THREADS", str(threads_each(workers)))
+    env.setdefault("OMP_NUM_THREADS", str(threads_each(min(MAX_WORKERS, len(notebooks)))))
     code = subprocess.run(command, cwd=work, env=env).returncode
     if code:
         say_other_code(source)
