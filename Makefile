@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 KERNEL := kernel-workbook
 PLATFORM ?=
 STAMP := $(VENV)/.installed
+PURELIB = $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
 # Compiled kernels (flex_attention, torch.compile) persist here between runs: seconds instead of ~30 s.
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 
@@ -16,10 +17,12 @@ $(PY):
 
 # Re-runs only when requirements.txt changes. The .pth file puts this checkout's kernel_lib on the
 # venv's path for interactive use; `kernel_lib run` and `make lab` put their own checkout first.
+# pip writes bytecode one file at a time; compileall on every core, leaving out the packages' own
+# test suites (a file it cannot compile is left to import, as pip leaves it).
 $(STAMP): requirements.txt | $(PY)
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
-	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
-	  | xargs -I{} sh -c 'echo "$(CURDIR)" > {}/kernel_workbook.pth'
+	$(PY) -m pip install --disable-pip-version-check -q --no-compile -r requirements.txt
+	$(PY) -m compileall -qq -j 0 -x '/tests/' "$$($(PURELIB))" || true
+	echo "$(CURDIR)" > "$$($(PURELIB))/kernel_workbook.pth"
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
 	  --display-name "Python ($(KERNEL))"
 	touch $@

@@ -10,6 +10,21 @@ import torch
 from kernel_lib.platform import DeviceFacts, threads_each
 
 matplotlib.use("Agg")
+
+
+def _precompile_kernel_headers():
+    """Inductor precompiles its C++ kernels' prefix header once; its CPU flex-attention template
+    then includes ATen/Context.h, which g++ parses again for each kernel: ~2 s of each flex
+    compile's ~3 s, and the tests compile ~50. Here the precompiled header holds those includes
+    too (inductor_prefix.h); the kernels' code is the same. Left alone where torch renamed it."""
+    from torch._inductor import codecache
+
+    prefix = getattr(codecache, "_get_cpp_prefix_header", None)
+    if prefix is not None and prefix("cpu") == "torch/csrc/inductor/cpp_prefix.h":
+        header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inductor_prefix.h")
+        codecache._get_cpp_prefix_header = lambda device: header if prefix(device) else None
+
+
 if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # pytest-xdist's workers side by side each take their share of the cores as torch threads
     # (the notebooks and commands a test starts inherit it), as `kernel_lib check` gives its notebooks
@@ -22,6 +37,7 @@ if not torch.cuda.is_available():
 os.environ.setdefault(
     "TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".cache", "inductor")
 )
+_precompile_kernel_headers()
 # a team's shared results store (docs/history.md) never receives the tests' fake runs
 os.environ.pop("KERNEL_WORKBOOK_STORE", None)
 

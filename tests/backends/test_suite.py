@@ -10,7 +10,7 @@ import pandas as pd
 import papermill
 import pytest
 
-from kernel_lib.backends import suite, xla
+from kernel_lib.backends import allocation, suite, xla
 from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.target import ACCEPTS
 from kernel_lib.params import HAND_RUN_ONLY
@@ -39,6 +39,9 @@ def _parameters(backend: str) -> dict:
 def test_suite_runs_every_section_on_the_detected_cpu(monkeypatch, cpu_target):
     monkeypatch.setattr(suite, "detect_backend", lambda: "cpu")
     monkeypatch.setattr(suite, "find_target", lambda name: cpu_target)  # also in the XLA venv
+    # the allocator section's rounds in this process, not six fresh ones (~2 s each): its
+    # processes are test_allocation's, `bench device`'s and the backend_cpu notebook's
+    monkeypatch.setattr(allocation, "_run_child", lambda name, request: allocation._child(request))
     records = suite.run_suite(TINY)
     cases = [r.case for r in records]
     assert cases[0] == "facts"
