@@ -46,8 +46,9 @@ endif
 compare: setup
 	$(PY) -m kernel_lib ab "$(A)" "$(B)" $(if $(RUNS),--runs $(RUNS)) $(if $(ONLY),--only $(ONLY)) $(if $(PLATFORM),--platform $(PLATFORM))
 
-# The tests on every core (pytest-xdist; a file's tests stay together, so its fixtures run once).
-PARALLEL := -n auto --maxprocesses 4 --dist loadfile
+# The tests on every core (pytest-xdist; a file's tests stay together, so its fixtures run once),
+# the files handed out in the order tests/conftest.py gives them.
+PARALLEL := -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 # nbval beside the unit tests: it executes every notebook at CI sizes (the reference's parameters)
 # and saves their records, which the `rechecked` tests then read (tests/test_cli.py) instead of

@@ -1,5 +1,6 @@
 """Shared fixtures: a CPU DeviceFacts, and tiny notebooks/parameter files for runner tests."""
 
+import collections
 import os
 
 import matplotlib
@@ -46,6 +47,18 @@ KERNEL = {
     "display_name": "Python (kernel-workbook)",
     "language": "python",
 }
+
+
+# `make test` hands each pytest-xdist worker whole files in the order below (--dist loadfile
+# --no-loadscope-reorder): the runner's workbook first, whose `sleeps` notebook waits 30 s for its
+# cell timeout (at the start nbval keeps the cores busy meanwhile; at the end a core would idle),
+# then the files with the most tests first, as pytest-xdist orders them itself.
+WAITS = "test_runner.py"
+
+
+def pytest_collection_modifyitems(items):
+    tests = collections.Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.path.name != WAITS, -tests[item.path]))
 
 
 @pytest.fixture
