@@ -21,7 +21,7 @@ $(PY):
 # test suites (a file it cannot compile is left to import, as pip leaves it).
 $(STAMP): requirements.txt | $(PY)
 	$(PY) -m pip install --disable-pip-version-check -q --no-compile -r requirements.txt
-	$(PY) -m compileall -qq -j 0 -x '/tests/' "$$($(PURELIB))" || true
+	$(PY) -m compileall -qq -j 0 -x '/site-packages/.+/tests/' "$$($(PURELIB))" || true
 	echo "$(CURDIR)" > "$$($(PURELIB))/kernel_workbook.pth"
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
 	  --display-name "Python ($(KERNEL))"
