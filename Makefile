@@ -10,17 +10,34 @@ PURELIB = $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
 # Compiled kernels (flex_attention, torch.compile) persist here between runs: seconds instead of ~30 s.
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 
-.PHONY: setup report test test-fast lint check reference lab clean compare
+.PHONY: setup report test test-fast lint lock lock-check check reference lab clean compare
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Re-runs only when requirements.txt changes. The .pth file puts this checkout's kernel_lib on the
-# venv's path for interactive use; `kernel_lib run` and `make lab` put their own checkout first.
-# pip writes bytecode one file at a time; compileall on every core, leaving out the packages' own
+# The lock this host installs (locks/, `make lock`): macOS's, a CUDA host's (nvidia-smi), else the
+# CPU host's, whose torch is the +cpu wheel: from pip's find-links where set, else PyTorch's index.
+LOCK ?= $(if $(filter Darwin,$(shell uname -s)),macos,$(if $(shell command -v nvidia-smi),cuda,cpu))
+ifeq ($(origin TORCH_CPU_WHEELS),undefined)
+TORCH_CPU_WHEELS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null),https://download.pytorch.org/whl/cpu/torch/)
+endif
+export TORCH_CPU_WHEELS
+LOCKED = --disable-pip-version-check -q --require-hashes --no-deps $(if $(filter cpu,$(1)),--find-links $(TORCH_CPU_WHEELS)) -r locks/$(1).txt
+# A venv ($(1)) made exactly its lock ($(2)): its pins, each checked against its hashes, nothing
+# resolved; what the lock does not hold uninstalled; the lock copied in (run.json and each
+# record name it: kernel_lib.locks). $(3): more pip options.
+define INSTALL_LOCK
+$(1)/bin/python -m pip install $(3) $(call LOCKED,$(2))
+$(1)/bin/python -m kernel_lib.locks --extras locks/$(2).txt | xargs -r $(1)/bin/python -m pip uninstall -q -y
+rm -rf $(1)/kernel-workbook-lock && mkdir $(1)/kernel-workbook-lock && cp locks/$(2).txt $(1)/kernel-workbook-lock/
+endef
+
+# Re-runs only when the lock changes. The .pth file puts this checkout's kernel_lib on the venv's
+# path for interactive use; `kernel_lib run` and `make lab` put their own checkout first. pip
+# writes bytecode one file at a time; compileall on every core, leaving out the packages' own
 # test suites (a file it cannot compile is left to import, as pip leaves it).
-$(STAMP): requirements.txt | $(PY)
-	$(PY) -m pip install --disable-pip-version-check -q --no-compile -r requirements.txt
+$(STAMP): locks/$(LOCK).txt | $(PY)
+	$(call INSTALL_LOCK,$(VENV),$(LOCK),--no-compile)
 	$(PY) -m compileall -qq -j 0 -x '/site-packages/.+/tests/' "$$($(PURELIB))" || true
 	echo "$(CURDIR)" > "$$($(PURELIB))/kernel_workbook.pth"
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
@@ -56,20 +73,34 @@ PARALLEL := -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 # outlasts the other notebooks. Its output goes to NBVAL_LOG, shown where it fails; a stopped
 # `make test` stops it too (its own process group).
 NBVAL_LOG := .cache/nbval/reference.log
+# lock-check's resolutions (network, little CPU) run beside them too; their lines come at the end.
+LOCK_LOG := .cache/locks/check.log
 test: lint
-	@mkdir -p $(dir $(NBVAL_LOG)); echo "nbval: the reference notebooks run beside the unit tests (log: $(NBVAL_LOG))"
+	@mkdir -p $(dir $(NBVAL_LOG)) $(dir $(LOCK_LOG)); echo "nbval: the reference notebooks run beside the unit tests (log: $(NBVAL_LOG))"
 	@set -m; $(PY) -m kernel_lib check --platform reference > $(NBVAL_LOG) 2>&1 & nbval=$$!; set +m; \
 	trap 'kill -- -$$nbval 2>/dev/null' EXIT; \
+	$(PY) -m kernel_lib.locks --check > $(LOCK_LOG) 2>&1 & locks=$$!; \
 	$(PY) -m pytest tests $(PARALLEL) -k "not rechecked"; unit=$$?; \
 	wait $$nbval; checked=$$?; trap - EXIT; \
 	if [ $$checked = 0 ]; then tail -n 1 $(NBVAL_LOG); else cat $(NBVAL_LOG); fi; \
-	[ $$unit = 0 ] && [ $$checked = 0 ]
+	wait $$locks; locked=$$?; cat $(LOCK_LOG); \
+	[ $$unit = 0 ] && [ $$checked = 0 ] && [ $$locked = 0 ]
 	KERNEL_WORKBOOK_RECHECKED=all $(PY) -m pytest tests/test_cli.py -k rechecked -q
 
 # For iteration (~2 min): lint and the unit tests without the ones marked `slow` (notebook and
 # bench executions, compiles; tests/pytest.ini); `make test` stays the whole suite and CI's command.
 test-fast: lint
 	$(PY) -m pytest tests -m "not slow" $(PARALLEL)
+
+# Every lock resolved again from its input (requirements*.txt) by uv, keeping the versions it
+# pins wherever they still satisfy it (UPGRADE=1: the newest allowed); commit locks/ with the input.
+lock: setup
+	$(PY) -m kernel_lib.locks $(if $(UPGRADE),--upgrade)
+
+# Fails naming the package: a lock stale against its input, two locks pinning a shared package
+# apart, or a .venv that differs from its lock.
+lock-check: setup
+	$(PY) -m kernel_lib.locks --check
 
 # ruff settings live in pyproject.toml.
 lint: setup
@@ -93,16 +124,16 @@ clean:
 
 # ---------------------------------------------------------------------------------------------------
 # XLA / TPU (backend_tpu): torch_xla X.Y needs torch X.Y, so it gets its own venv from
-# requirements-tpu.txt (~3 min, ~4 GB download, ~7 GB on disk the first time).
+# locks/xla.txt or locks/tpu.txt (~3 min, ~4 GB download, ~7 GB on disk the first time).
 #   make xla-test                                  TPU and fp8 notebooks on XLA:CPU + XLA unit tests (.ci/xla)
 #   make xla-report PLATFORM=gcp-tpu-v5e           on a TPU VM: adds torch-xla[tpu] (libtpu), PJRT_DEVICE=TPU
 XLA_VENV := .venv-xla
 XLA_PY := $(XLA_VENV)/bin/python
 XLA_PLATFORM := $(or $(PLATFORM),xla-cpu)
-XLA_EXTRA ?= $(if $(filter gcp-tpu-%,$(XLA_PLATFORM)),tpu)
 XLA_PJRT ?= $(if $(filter gcp-tpu-%,$(XLA_PLATFORM)),TPU,CPU)
-XLA_VERSION := $(shell sed -n 's/^torch-xla==\([0-9.]*\).*/\1/p' requirements-tpu.txt)
-XLA_STAMP := $(XLA_VENV)/.installed$(if $(XLA_EXTRA),-$(XLA_EXTRA))
+# locks/tpu.txt on a TPU VM (torch-xla's tpu extra: libtpu), else locks/xla.txt
+XLA_LOCK := $(if $(filter gcp-tpu-%,$(XLA_PLATFORM)),tpu,xla)
+XLA_STAMP := $(XLA_VENV)/.installed-$(XLA_LOCK)
 
 .PHONY: xla-setup xla-test xla-report
 
@@ -110,9 +141,9 @@ $(XLA_PY):
 	$(PYTHON) -m venv $(XLA_VENV)
 	echo '*' > $(XLA_VENV)/.gitignore
 
-$(XLA_STAMP): requirements-tpu.txt | $(XLA_PY)
-	$(XLA_PY) -m pip install --disable-pip-version-check -q -r requirements-tpu.txt \
-	  $(if $(XLA_EXTRA),"torch-xla[$(XLA_EXTRA)]==$(XLA_VERSION)")
+$(XLA_STAMP): locks/$(XLA_LOCK).txt | $(XLA_PY)
+	rm -f $(XLA_VENV)/.installed-*
+	$(call INSTALL_LOCK,$(XLA_VENV),$(XLA_LOCK))
 	$(XLA_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
 	  | xargs -I{} sh -c 'echo "$(CURDIR)" > {}/kernel_workbook.pth'
 	$(XLA_PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
@@ -146,10 +177,11 @@ $(CLOUD_PY):
 	$(PYTHON) -m venv $(CLOUD_VENV)
 	echo '*' > $(CLOUD_VENV)/.gitignore
 
-$(CLOUD_STAMP): requirements-cloud.txt $(STAMP) | $(CLOUD_PY)
+# What .venv holds already (at the same versions: make lock-check) pip leaves there.
+$(CLOUD_STAMP): locks/cloud.txt $(STAMP) | $(CLOUD_PY)
 	echo "import site; site.addsitedir('$$($(PY) -c '$(SITE_PACKAGES)')')" \
 	  > "$$($(CLOUD_PY) -c '$(SITE_PACKAGES)')/kernel_workbook_venv.pth"
-	$(CLOUD_PY) -m pip install --disable-pip-version-check -q -r requirements-cloud.txt
+	$(CLOUD_PY) -m pip install $(call LOCKED,cloud)
 	touch $@
 
 cloud-setup: $(CLOUD_STAMP)

@@ -2,7 +2,7 @@
 # A GPU host whose image holds PyTorch (Python 3.12) and no package index: the wheels it lacks
 # travel with the checkout, and `python3 -m kernel_lib.device_run` there installs them offline,
 # runs a preflight, the quick plan within a time budget and archives the report (kernel_lib/device_run).
-#   make device-wheels     the wheels requirements-device.txt pins, for CPython 3.12 manylinux
+#   make device-wheels     the wheels locks/device.txt pins, for CPython 3.12 manylinux
 #                          x86_64, into .whl/device/ (~16 MB, 44 files): bring that folder along
 #   make device-dry-run    the whole recipe here on the CPU at parameters/ci.yaml, nothing
 #                          installed: the wheels checked to install offline on 3.12 (~3-5 min)
@@ -26,13 +26,14 @@ DEVICE_DRY_RUN_PARAMS := 'attn_patterns=[causal]' 'attn_causal_dtypes=[float32]'
 .PHONY: device-wheels device-dry-run
 
 # The same tags as kernel_lib/device_run/wheels.py HOST_TAGS. A fresh folder each time: two
-# versions of one package would stop the install on the host.
-$(DEVICE_STAMP): requirements-device.txt | $(PY)
+# versions of one package would stop the install on the host. Each wheel is checked against the
+# lock's hashes.
+$(DEVICE_STAMP): locks/device.txt | $(PY)
 	rm -rf $(DEVICE_WHEELS)
 	$(PY) -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
 	  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
 	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -d $(DEVICE_WHEELS) -r requirements-device.txt
+	  -d $(DEVICE_WHEELS) -r locks/device.txt
 	touch $@
 
 device-wheels: $(DEVICE_STAMP)

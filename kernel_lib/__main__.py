@@ -6,30 +6,38 @@ package index (kernel_lib.device_run) and the results store of every run (kernel
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed or the disk did
 (one line: `error: ...`), 2 bad input (nothing ran), 130 interrupted (Ctrl-C).
 `compare`: 0 nothing slower or lost, 1 something slower or lost, 2 bad input; `ab` likewise (1
-also when a run failed), 130 interrupted.
+also when a run failed), 130 interrupted. SIGTERM stops a command as Ctrl-C does (130).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-from kernel_lib import OUTPUTS, allocator
-from kernel_lib.params import (
-    OTHER_DEVICE,
-    ParameterError,
-    list_platforms,
-    load_plan,
-    notebook_defaults,
-    parse_override,
-)  # fmt: skip
-from kernel_lib.platform import detect_platform, device_facts
-from kernel_lib.profiling.pending import mode_override
+try:  # a Ctrl-C while importing (torch: seconds) is the usual one line, not a traceback
+    import argparse
+    import importlib
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from kernel_lib import OUTPUTS, allocator
+    from kernel_lib.interrupts import terminate_as_interrupt
+    from kernel_lib.params import (
+        OTHER_DEVICE,
+        ParameterError,
+        list_platforms,
+        load_plan,
+        notebook_defaults,
+        parse_override,
+    )  # fmt: skip
+    from kernel_lib.platform import detect_platform, device_facts
+    from kernel_lib.profiling.pending import notebook_params, profile_mode
+except KeyboardInterrupt:
+    if __name__ != "__main__":
+        raise
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
 
 # topic -> (module with `run_suite(params)`, notebook whose parameters it takes; None: the platform's backend_*)
 TOPICS = {
@@ -49,14 +57,17 @@ def _platform(name: str | None) -> str:
         raise ParameterError(str(err)) from None
 
 
+MAX_REPEAT = 50  # runs of the whole plan: more is a typo, not a measurement
+
+
 def _repeat(value: str) -> int:
-    """--repeat N: an integer >= 1 (a ParameterError, exit 2, otherwise)."""
+    """--repeat N: an integer from 1 to MAX_REPEAT (a ParameterError, exit 2, otherwise)."""
     try:
         repeat = int(value)
     except ValueError:
         repeat = 0
-    if repeat < 1 or str(value).strip() != str(repeat):
-        raise ParameterError(f"--repeat must be an integer >= 1, not {value!r}")
+    if not 1 <= repeat <= MAX_REPEAT or str(value).strip() != str(repeat):
+        raise ParameterError(f"--repeat must be an integer from 1 to {MAX_REPEAT}, not {value!r}")
     return repeat
 
 
@@ -65,8 +76,7 @@ def cmd_run(args) -> int:
     from kernel_lib.run.runner import refuse_reference, run_repeated  # CLI start-up
 
     repeat = _repeat(args.repeat)
-    overrides = dict(parse_override(p) for p in args.param)
-    mode_override(overrides)  # -p profile=MODE is the runner's, not a notebook's
+    overrides = dict(parse_override(p) for p in notebook_params(args.param))
     only = (
         [n.strip() for n in args.only.split(",") if n.strip()] if args.only is not None else None
     )
@@ -159,7 +169,7 @@ def cmd_bench(args) -> int:
     module_name, notebook = TOPICS[args.topic]
     plan = load_plan(
         _platform(args.platform),
-        overrides=dict(parse_override(p) for p in args.param),
+        overrides=dict(parse_override(p) for p in notebook_params(args.param)),
         here=True,
         other_device=args.other_device,
     )
@@ -183,6 +193,7 @@ def cmd_bench(args) -> int:
 def cmd_check(args) -> int:
     from kernel_lib.run.nbval import check  # CLI start-up
 
+    profile_mode()  # the re-executed notebooks honour it
     return check(_platform(args.platform), args.only)
 
 
@@ -230,7 +241,8 @@ OTHER_DEVICE_HELP = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The commands' parser (`compare` and `sensitivity` parse their own arguments)."""
     parser = argparse.ArgumentParser(
         prog="python -m kernel_lib",
         description=__doc__,
@@ -256,13 +268,15 @@ def main(argv: list[str] | None = None) -> int:
         default="1",
         metavar="N",
         help="run every notebook N times, each in a fresh kernel: OUT/run-1/ ... OUT/run-N/ "
-        "and, in OUT/, the median over the runs and its spread (default 1: OUT/ as one run)",
+        "and, in OUT/, the median over the runs and its spread (default 1: OUT/ as one run; "
+        f"at most {MAX_REPEAT})",
     )
     run.add_argument(
         "--replace",
         action="store_true",
-        help="replace the report in OUT although it is another platform's or device's, or holds "
-        "runs this one would drop (more runs than --repeat, or one run under --repeat N)",
+        help="replace the report in OUT whole (none of its notebooks carried into the new one), "
+        "although it is another platform's or device's, or holds runs this one would drop (more "
+        "runs than --repeat, or one run under --repeat N)",
     )
     run.add_argument(OTHER_DEVICE, action="store_true", help=OTHER_DEVICE_HELP)
     run.add_argument(
@@ -373,19 +387,29 @@ def main(argv: list[str] | None = None) -> int:
     add_device_plan_parser(sub)
     add_history_parsers(sub)
     add_profile_parser(sub)
+    return parser
 
+
+def _command(argv: list[str]) -> int:
+    """The command `argv` names, run: its exit code."""
+    if argv[:1] == ["compare"]:
+        from kernel_lib.compare import cli as compare_cli  # CLI start-up
+
+        return compare_cli(argv[1:])
+    if argv[:1] == ["sensitivity"]:
+        from kernel_lib.sensitivity import cli as sensitivity_cli  # CLI start-up
+
+        profile_mode()  # its benchmark runs honour it
+        return sensitivity_cli(argv[1:])
+    args = _parser().parse_args(argv)
+    return args.func(args)
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if argv[:1] == ["compare"]:
-            from kernel_lib.compare import cli as compare_cli  # CLI start-up
-
-            return compare_cli(argv[1:])
-        if argv[:1] == ["sensitivity"]:
-            from kernel_lib.sensitivity import cli as sensitivity_cli  # CLI start-up
-
-            return sensitivity_cli(argv[1:])
-        args = parser.parse_args(argv)
-        return args.func(args)
+        with terminate_as_interrupt():  # SIGTERM: Ctrl-C's stop, one line, exit 130
+            return _command(argv)
     except ParameterError as err:
         print(f"error: {_line(err)}", file=sys.stderr)
         return 2

@@ -2,7 +2,8 @@
 compiler (`cc`, or $CC) for the CPU it runs on: -O3, -march=native (or the x86-64 level
 ATEN_CPU_CAPABILITY holds torch to, CI's ISA pass), OpenMP; cached in .cache/c_kernels under a
 key of the source, the flags, the compiler and the CPU, and loaded with ctypes. Without a compiler
-that builds it, `build` raises kernel_lib.checks.Unsupported (a skipped record)."""
+that builds it, `build` raises kernel_lib.checks.Unsupported (a skipped record). `check_tensor`:
+what a wrapper checks of each tensor before the C code reads it through a bare pointer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import platform
 import shutil
 import subprocess
 from pathlib import Path
+
+import torch
 
 from kernel_lib.checks import Unsupported
 from kernel_lib.params import ROOT
@@ -68,3 +71,33 @@ def build(source: Path, kernel: str) -> Path:
         raise Unsupported(f"{kernel}: {Path(compiler).name} could not build it: {why}")
     tmp.replace(path)  # atomic: a concurrent run never loads half a file
     return path
+
+
+def check_tensor(
+    name: str,
+    value,
+    dtype: torch.dtype | tuple[torch.dtype, ...],
+    shape: tuple[int | str, ...] | None = None,
+    *,
+    contiguous: bool = True,
+) -> torch.Tensor:
+    """`value`, if it is a CPU tensor of `dtype` (one of them), of `shape` (a str entry, a
+    letter, takes any size) and contiguous where asked: what C code indexing it through its
+    pointer may read. Else TypeError (not a tensor) or ValueError, one line naming `name`."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    fits = shape is None or (
+        value.dim() == len(shape)
+        and all(isinstance(want, str) or size == want for size, want in zip(value.shape, shape))
+    )
+    dense = value.is_contiguous() or not contiguous
+    if value.dtype in dtypes and value.device.type == "cpu" and fits and dense:
+        return value
+    want = "a contiguous CPU " if contiguous else "a CPU "
+    want += " or ".join(str(d).removeprefix("torch.") for d in dtypes) + " tensor"
+    if shape is not None:
+        want += f" of shape ({', '.join(map(str, shape))}{',' * (len(shape) == 1)})"
+    got = f"{str(value.dtype).removeprefix('torch.')} on {value.device.type}, shape "
+    got += str(tuple(value.shape)) + ("" if value.is_contiguous() else ", not contiguous")
+    raise ValueError(f"{name} must be {want}, got {got}")

@@ -3,10 +3,11 @@
 `owned(out)`: `out` must be new, empty, or one of the runner's reports (never a file, someone's
 folder or the checkout); one run at a time per folder (`.lock-<name>` beside it); leftovers of
 killed runs cleaned (a finished run among them kept). `staged(out)`: the new report is built in a
-sibling `.staging-<name>-<pid>` folder and swapped in at the end, so an interrupted or failed run
-leaves the previous report untouched, and a finished run that cannot be swapped in is kept as
-`<out>.unswapped-<time>`. `install(report, out)`: a finished report copied over `out` the same way
-(`cloud collect`). The rules for every other file a command writes: kernel_lib.writes.
+sibling `.staging-<name>-<pid>` folder and swapped in at the end (two renames that a Ctrl-C or
+SIGTERM waits for), so an interrupted or failed run leaves the previous report untouched, and a
+finished run that cannot be swapped in is kept as `<out>.unswapped-<time>`. `install(report,
+out)`: a finished report copied over `out` the same way (`cloud collect`). The rules for every
+other file a command writes: kernel_lib.writes.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from kernel_lib.interrupts import deferred
 from kernel_lib.params import ParameterError
 from kernel_lib.report.aggregate import repeat_of
+from kernel_lib.reportfiles import refuse_special
 from kernel_lib.writes import RUN_FILE, copy_tree, is_report, refuse_checkout
 
 KEPT = "unswapped"  # `<out>.unswapped-<time>`: a finished run that could not replace <out>
@@ -124,15 +127,17 @@ def _staging(out_dir: Path) -> Path:
     return staging
 
 
-def _stage(out_dir: Path, repeat: int = 1) -> tuple[Path, dict]:
+def _stage(out_dir: Path, repeat: int = 1, *, fresh: bool = False) -> tuple[Path, dict]:
     """A fresh staging folder and the run.json of the report it continues ({} if none): a copy of
-    the last report when it has the same layout (one run, or `run-*/` folders), whose results are
-    kept until a notebook's new ones replace them. Not its run.json: staging holds one only once
-    its own run has finished. A failed copy leaves nothing."""
+    the last report when it has the same layout (one run, or `run-*/` folders) and the run is not
+    `fresh` (`run --replace`: nothing of it carried), whose results are kept until a notebook's
+    new ones replace them. Not its run.json: staging holds one only once its own run has
+    finished. A failed copy leaves nothing."""
     staging = _staging(out_dir)
     previous = {}
+    same_layout = (out_dir / RUN_FILE).exists() and (repeat_of(out_dir) > 1) == (repeat > 1)
     try:
-        if (out_dir / RUN_FILE).exists() and (repeat_of(out_dir) > 1) == (repeat > 1):
+        if same_layout and not fresh:
             previous = json.loads((out_dir / RUN_FILE).read_text())
             shutil.copytree(out_dir, staging)
             (staging / RUN_FILE).unlink()
@@ -146,29 +151,40 @@ def _stage(out_dir: Path, repeat: int = 1) -> tuple[Path, dict]:
 
 def _swap_in(staging: Path, out_dir: Path) -> None:
     """Replace the old report with the finished one; the old one is deleted only once replaced.
-    When that fails the old report stays, the finished run is kept (`_keep`) and an OSError says
-    where it is."""
+    A Ctrl-C or SIGTERM between the two renames is acted on after the second (`deferred`), its
+    KeyboardInterrupt saying the new report is in place. When the swap fails the old report
+    stays, the finished run is kept (`_keep`) and an OSError says where it is."""
     previous = out_dir.parent / f".previous-{out_dir.name}-{os.getpid()}"
+    swapped = False
     try:
-        if out_dir.exists():
-            out_dir.rename(previous)
-        staging.rename(out_dir)
-    except OSError as err:
-        if previous.exists() and not out_dir.exists():
-            with contextlib.suppress(OSError):  # else the next run puts it back
-                previous.rename(out_dir)
-        raise OSError(
-            f"the finished run is in {_keep(staging, out_dir)}: it could not replace {out_dir} "
-            f"({err.strerror or err})"
-        ) from err
-    shutil.rmtree(previous, ignore_errors=True)
+        with deferred():
+            try:
+                if out_dir.exists():
+                    out_dir.rename(previous)
+                staging.rename(out_dir)
+                swapped = True
+            except OSError as err:
+                if previous.exists() and not out_dir.exists():
+                    with contextlib.suppress(OSError):  # else the next run puts it back
+                        previous.rename(out_dir)
+                raise OSError(
+                    f"the finished run is in {_keep(staging, out_dir)}: it could not replace "
+                    f"{out_dir} ({err.strerror or err})"
+                ) from err
+    except KeyboardInterrupt:
+        if not swapped:
+            raise
+        raise KeyboardInterrupt(f"{out_dir} holds the new report whole") from None
+    finally:
+        if swapped:
+            shutil.rmtree(previous, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def staged(out_dir: Path, repeat: int = 1):
+def staged(out_dir: Path, repeat: int = 1, *, fresh: bool = False):
     """A new report of `out_dir` staged (`_stage`: yields the folder and the previous run.json),
     swapped in when the block ends; when it raises, staging goes and `out_dir` is unchanged."""
-    staging, previous = _stage(out_dir, repeat)
+    staging, previous = _stage(out_dir, repeat, fresh=fresh)
     try:
         yield staging, previous
     except BaseException as err:
@@ -184,7 +200,10 @@ def staged(out_dir: Path, repeat: int = 1):
 
 def install(report: Path, out_dir: Path) -> None:
     """Copy the finished report `report` over `out_dir` (`owned`: new, empty or a report), staged
-    and swapped in: the old report is deleted only once the copy is complete and in place."""
+    and swapped in: the old report is deleted only once the copy is complete and in place. A
+    report holding a link, a FIFO or a device is refused (ParameterError naming it), never copied
+    through it."""
+    refuse_special(report)
     out_dir = Path(out_dir).resolve()
     with owned(out_dir):
         staging = _staging(out_dir)

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import functools
+import io
 import json
 import math
+import os
 import reprlib
+import stat
 import sys
 import types
 import typing
@@ -23,10 +27,32 @@ from kernel_lib.legacy import record_id_of, shape_of
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, STATUSES, Record, to_dicts, to_frame_with_verdict
 
-# A saved record has every field of Record, typed as annotated there, but for the run_id that the
-# readers only show as saved. A field without a default must be there, and so must the record_id
-# that save_records stamps: records are matched by it.
-RECORD_TYPES = {k: v for k, v in typing.get_type_hints(Record).items() if k != "run_id"}
+
+# A record's profile as kernel_lib.profiling.capture writes it: what the pages and `profile` read.
+class TopOp(TypedDict):
+    name: str
+    calls: float  # per profiled call
+    self_ms: float
+    share: float
+
+
+class _Traced(TypedDict):
+    trace: str  # relative to the report folder
+
+
+class Profile(_Traced, total=False):
+    top: list[TopOp]
+    phases: dict[str, float]  # ms per profiled call
+    overhead: float  # profiled / timed median
+
+
+# A saved record has every field of Record, typed as annotated there (its profile: Profile), but
+# for the run_id that the readers only show as saved. A field without a default must be there,
+# and so must the record_id that save_records stamps: records are matched by it.
+RECORD_TYPES = {
+    **{k: v for k, v in typing.get_type_hints(Record).items() if k != "run_id"},
+    "profile": Profile | None,
+}
 _NO_DEFAULT = {
     f.name: ""
     for f in dataclasses.fields(Record)
@@ -73,6 +99,8 @@ class Environment(TypedDict, total=False):  # platform.DeviceFacts.as_dict, plus
     arch: str | None
     memory_GiB: float | None
     compute_units: str | None
+    lock: str  # kernel_lib.locks.LockState.label
+    lock_differs: list[str]
 
 
 class RunEntry(TypedDict):  # and its run_id, times and git, shown as they are
@@ -118,15 +146,77 @@ def _constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+# What a report's file may not be: it is read or copied as what it is, never through a link (to
+# /dev/zero, to a file outside the report) nor from a FIFO (a read that never ends) or a device.
+SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"),
+)  # fmt: skip
+
+
+def _special(path: Path, mode: int) -> ValueError:
+    if stat.S_ISLNK(mode):
+        return _error(path, "a symbolic link: a report is never read or copied through one")
+    kind = next((name for test, name in SPECIAL if test(mode)), "special")
+    return _error(path, f"{kind}, not a regular file")
+
+
+def _unreadable(path: Path, err: OSError) -> ValueError:
+    """`err` of opening `path` without following a link, as one line naming the link if it was one."""
+    if err.errno in (errno.ELOOP, errno.ENOTDIR) and path.is_symlink():
+        return _special(path, os.lstat(path).st_mode)
+    return _error(path, err.strerror or str(err))
+
+
+def regular_bytes(path: str | Path) -> bytes:
+    """The bytes of a report's file `path`, a regular file whose folder is not a link either,
+    opened without following one (O_NOFOLLOW: no race with a file swapped for a link);
+    ParameterError naming the file (or its folder) otherwise, before a FIFO or device is opened."""
+    path = Path(path)
+    try:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as err:  # named: the folder where it is a link, else the file
+        raise _unreadable(path.parent if path.parent.is_symlink() else path, err) from None
+    try:
+        mode = os.stat(path.name, dir_fd=folder, follow_symlinks=False).st_mode
+        if not stat.S_ISREG(mode):
+            raise _special(path, mode)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO swapped in: no wait
+        with open(os.open(path.name, flags, dir_fd=folder), "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise _special(path, mode)
+            return file.read()
+    except OSError as err:
+        raise _unreadable(path, err) from None
+    finally:
+        os.close(folder)
+
+
+def refuse_special(folder: str | Path) -> None:
+    """ParameterError naming the first entry of the report `folder` (or the folder itself) that is
+    not a regular file or a folder (a link, a FIFO, a device): what a copier refuses to copy."""
+    entries = [Path(folder)]
+    while entries:
+        path = entries.pop()
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode):
+                entries += sorted(path.iterdir(), reverse=True)
+            elif not stat.S_ISREG(mode):
+                raise _special(path, mode)
+        except OSError as err:
+            raise _error(path, err.strerror or str(err)) from None
+
+
 def _read_json(path: str | Path):
     """The JSON value in `path`: UTF-8, numbers finite (what the writers save); ParameterError
     naming the file otherwise."""
     path = Path(path)
+    data = regular_bytes(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
         return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
-    except OSError as err:
-        raise _error(path, err.strerror or str(err)) from None
     except UnicodeDecodeError as err:
         raise _error(path, f"not UTF-8 text (byte {err.start})") from None
     except RecursionError:
@@ -159,6 +249,9 @@ def _member(where: str, key: str) -> str:
 
 
 TYPE_NAMES = {str: "a string", float: "a number", int: "an integer", dict: "an object"}
+# The most a field may hold (the longest saved so far: a 300-character reason, 1,000 samples):
+# a report page or SUMMARY.md never grows from one field beyond what a person reads.
+MAX_TEXT, MAX_ITEMS = 16_384, 100_000
 
 
 def _problem(value, hint, where: str = "") -> str | None:
@@ -179,6 +272,8 @@ def _problem(value, hint, where: str = "") -> str | None:
     if origin in (list, tuple):
         if not isinstance(value, list):
             return f"{at}must be a list, not {_kind(value)}"
+        if len(value) > MAX_ITEMS:
+            return f"{at}holds {len(value):,} items, more than {MAX_ITEMS:,}"
         items = ((f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
     elif origin is dict or hint is Record or typing.is_typeddict(hint):
         if not isinstance(value, dict):
@@ -192,6 +287,8 @@ def _problem(value, hint, where: str = "") -> str | None:
         items = ((_member(where, k), value[k], h) for k, h in fields.items() if k in value)
     else:
         fits = isinstance(value, (int, float) if hint is float else hint)
+        if fits and isinstance(value, str) and len(value) > MAX_TEXT:
+            return f"{at}holds {len(value):,} characters, more than {MAX_TEXT:,}"
         if fits and not isinstance(value, bool):
             return None
         return f"{at}must be {TYPE_NAMES[hint]}, not {_kind(value)}"
@@ -265,11 +362,12 @@ def notebook_records(
 def read_table(path: str | Path) -> pd.DataFrame:
     """A results.csv (a report that keeps no JSON files: outputs/reference) with its columns as
     saved, none for an empty file; ParameterError naming it where it is not a CSV table."""
+    data = regular_bytes(path)
     try:
-        table = pd.read_csv(path, low_memory=False)
+        table = pd.read_csv(io.BytesIO(data), low_memory=False)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as err:
+    except (UnicodeDecodeError, pd.errors.ParserError) as err:
         raise _error(Path(path), f"not a CSV table ({err})") from None
     if "headline" in table:
         table["headline"] = table["headline"].map(lambda v: key_of(v) if isinstance(v, str) else v)

@@ -6,9 +6,11 @@
   one: `output_file` refuses a report's own file; a plain file the user names is theirs to
   overwrite.
 - A folder a command fills (`output_folder`) is new, empty or one it made before (its mark file).
-- A file is written whole or not at all (`write_text`: a sibling temporary file renamed over it),
-  and a tree copied whole or not at all (`copy_tree`): a full or read-only disk leaves what was
-  there byte for byte, and raises one OSError naming the path (the CLI's one line, exit 1).
+- The results store (kernel_lib.history.store) is a file of its own (`own_file`: never in a
+  report), changed only in SQLite transactions; `--rebuild` keeps the store it changes beside it.
+- A file is written whole or not at all (`written`, `write_text`: a sibling temporary file renamed
+  over it), and a tree copied whole or not at all (`copy_tree`): a full or read-only disk leaves
+  what was there byte for byte, and raises one OSError naming the path (the CLI's one line, exit 1).
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def output_file(value: str, option: str) -> Path | None:
     path = Path(value)
     if not path.parent.is_dir():
         raise ParameterError(f"{option} {value}: no such folder {path.parent}")
+    return own_file(value, option)
+
+
+def own_file(value: str | Path, option: str) -> Path:
+    """The file `option VALUE` names, checked before it is written (ParameterError, one line):
+    not a folder, nor one of a report's own files (the results store, which makes its folder)."""
+    path = Path(value)
     if path.is_dir():
         raise ParameterError(f"{option} {value}: is a folder")
     report = report_holding(path.parent)
@@ -93,18 +102,29 @@ def _one_line(err: OSError, path: Path) -> OSError:
     return OSError(err.errno, err.strerror or str(err), str(err.filename or path))
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a sibling temporary file, renamed over it when complete.
-    An OSError (a full, read-only disk) leaves the old file as it was."""
+@contextlib.contextmanager
+def written(path: Path):
+    """A sibling temporary file for the block to write, renamed over `path` when it ends: `path`
+    written whole or not at all. An OSError (a full, read-only disk) names the path and leaves
+    the old file as it was."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.writing-{os.getpid()}")
     try:
-        temporary.write_text(text)
+        yield temporary
         os.replace(temporary, path)
     except OSError as err:
+        if str(err.filename) == str(temporary):  # removed below: name the file being written
+            err.filename = None
+        raise _one_line(err, path) from None
+    finally:
         with contextlib.suppress(OSError):
             temporary.unlink()
-        raise _one_line(err, path) from None
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (`written`)."""
+    with written(path) as temporary:
+        temporary.write_text(text)
 
 
 def copy_tree(source: Path, target: Path, *, last: str = RUN_FILE) -> None:

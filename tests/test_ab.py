@@ -20,6 +20,7 @@ from kernel_lib.ab import checkout, rounds
 from kernel_lib.history import store
 from kernel_lib.measure import TEST_SLOWDOWN_ENV, slowdowns
 from kernel_lib.params import ROOT
+from kernel_lib.profiling.pending import PROFILE_ENV
 from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
 
 JITTER = (1.0, 1.02, 0.98, 1.01, 0.99)  # run-to-run noise of the fake runs, the same on both sides
@@ -258,8 +259,12 @@ def test_ctrl_c_keeps_the_runs_and_resume_continues_with_a_clean_worktree(
         (["nosuch", "HEAD"], "REV_A 'nosuch': not a revision of"),
         (["HEAD", "HEAD^{{tree}}"], "REV_B 'HEAD^{tree}': not a revision"),
         (["{a}", "{c}"], "requirements.txt differs between REV_A"),
-        (["HEAD", "HEAD", "--runs", "2.5"], "--runs must be an integer >= 1"),
+        (["HEAD", "HEAD", "--runs", "2.5"], "--runs must be an integer from 1 to 50"),
+        (["HEAD", "HEAD", "--runs", "51"], "--runs must be an integer from 1 to 50, not '51'"),
         (["HEAD", "HEAD", "--factor", "0.9"], "--factor must be a number > 1"),
+        (["HEAD", "HEAD", "--factor", "11"], "--factor must be a number > 1 and at most 10"),
+        (["HEAD", "HEAD", "--factor", "inf"], "--factor must be a number > 1 and at most 10"),
+        (["HEAD", "HEAD", "-p", "profile=sometimes"], "-p profile='sometimes' must be one of"),
         (["HEAD", "HEAD", "--slow-b", "y"], "--slow-b 'y' must look like IMPLEMENTATION="),
         (["HEAD", "HEAD", "--slow-b", "x=0.1", "--slow-b", "y=0"], "--slow-b 'y=0' must look"),
         (["HEAD", "HEAD", "--slow-b", "x=0.1,y=0.2"], "--slow-b 'x=0.1,y=0.2' must look"),
@@ -285,6 +290,15 @@ def test_bad_input_is_one_line_exit_2_and_nothing_made_or_run(
     assert len(err.strip().splitlines()) == 1 and message in err, err
     assert fake_runs == [] and worktrees(repo) == [] and not ab.STORE.exists()
     assert (Path("folder") / "notes.txt").read_text() == "mine"
+
+
+def test_profile_is_taken_as_run_takes_it_and_the_runs_get_it(
+    tiny, fake_runs, capsys, monkeypatch
+):
+    monkeypatch.setenv(PROFILE_ENV, "off")  # restored after the test
+    code, _, err = run_ab(capsys, "HEAD", "HEAD", "--runs", "1", "-p", "profile=all")
+    assert code == 0, err
+    assert os.environ[PROFILE_ENV] == "all"  # what each run's environment starts from
 
 
 def test_worktree_is_a_deterministic_snapshot_and_leaves_the_index_alone(tiny):

@@ -1,5 +1,6 @@
 """Bad input never runs and never destroys: exit 2, one line naming the key, nothing written."""
 
+import os
 import re
 import time
 
@@ -11,6 +12,7 @@ from kernel_lib import __main__ as cli
 from kernel_lib import params
 from kernel_lib.params import ParameterError, load_plan, notebook_parameters, parse_override
 from kernel_lib.platform import DeviceFacts, device_facts, device_of_platform, is_device
+from kernel_lib.profiling.pending import PROFILE_ENV
 
 # a parameter file for a device this machine is not
 ANOTHER_DEVICE = next(
@@ -260,3 +262,66 @@ def test_any_value_is_accepted_or_refused_in_one_line_naming_the_key(key, value)
     except ParameterError as err:
         assert "\n" not in str(err) and key in str(err), str(err)
     assert time.perf_counter() - start < 5
+
+
+BOGUS_PROFILE = "error: $KERNEL_WORKBOOK_PROFILE='bogus' must be one of off, headlines, all\n"
+
+
+@pytest.mark.parametrize(
+    "argv, work",
+    [
+        (["run", "--platform", "cpu", "--out", "{tmp}/o"], "kernel_lib.__main__.load_plan"),
+        (["bench", "moe", "--platform", "cpu"], "kernel_lib.__main__.load_plan"),
+        (["check", "--platform", "cpu"], "kernel_lib.run.nbval.check"),
+        (["ab", "HEAD", "HEAD", "--platform", "cpu"], "kernel_lib.ab.load_plan"),
+        (["sensitivity", "--out", "{tmp}/s"], "kernel_lib.sensitivity.cli"),
+    ],
+)
+def test_a_bad_profile_mode_in_the_environment_is_refused_before_anything_runs(
+    argv, work, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(PROFILE_ENV, "bogus")
+    monkeypatch.setattr(work, lambda *a, **k: pytest.fail("ran"))
+    assert cli.main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert capsys.readouterr().err == BOGUS_PROFILE
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [["run"], ["bench", "moe"]])
+def test_profile_is_taken_out_of_the_notebooks_parameters(command, monkeypatch):
+    monkeypatch.setenv(PROFILE_ENV, "off")  # restored after the test
+    seen = {}
+
+    def plan(platform, *, overrides, **kwargs):
+        seen.update(overrides)
+        raise ParameterError("planned")
+
+    monkeypatch.setattr(cli, "load_plan", plan)
+    argv = [*command, "--platform", "cpu", "-p", "profile=all", "-p", "moe_experts=4"]
+    assert cli.main(argv) == 2
+    assert seen == {"moe_experts": 4} and os.environ[PROFILE_ENV] == "all"
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('{"cells": [', "Notebook does not appear to be JSON"),
+        ("", "Notebook does not appear to be JSON"),
+        ('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}}', "is missing an expected key"),
+    ],
+)
+def test_check_of_a_damaged_notebook_is_one_line_naming_it(
+    text, why, tmp_path, monkeypatch, capsys
+):
+    from kernel_lib.run import nbval
+
+    report = tmp_path / "outputs" / "p"
+    report.mkdir(parents=True)
+    (report / "a.ipynb").write_text(text)
+    monkeypatch.setattr(nbval, "OUTPUTS", tmp_path / "outputs")
+    monkeypatch.setattr(nbval, "ROOT", tmp_path)  # its copy for nbval: never made
+    assert cli.main(["check", "--platform", "p"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {report / 'a.ipynb'} is damaged (") and why in err, err
+    assert err.endswith("): `run` remakes the report\n") and err.count("\n") == 1
+    assert not (tmp_path / ".cache").exists()

@@ -1,6 +1,7 @@
 """The gallery and a platform's index as a person sees them: rendered by headless Chromium at
 1280 px from the committed reports (rebuilt in a copy): no sideways overflow, a bar for every
-platform in every panel, no broken local link. Skipped where Chromium is absent (CI installs it)."""
+platform in every panel, no broken local link; a report folder named with markup runs no script.
+Skipped where Chromium is absent (CI installs it)."""
 
 import json
 import re
@@ -13,6 +14,7 @@ import pytest
 
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.pages import rebuild_reports
+from tests.test_gallery import MARKUP
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -91,3 +93,18 @@ def test_platforms_meet_in_one_panel(outputs):
     keys = {p["key"] for p in shared}
     assert {"moe.forward_vs_dense", "backend.bf16_gemm_vs_fp32"} <= keys, keys
     assert all(p["bars"] >= 2 for p in shared)
+
+
+def test_a_folder_named_with_markup_runs_no_script(tmp_path):
+    """The committed cpu report in a folder named `x<img src=x onerror=...>`, its run.json's
+    platform that name too: its gallery (the platform listing, the headline table's column) and
+    its own index, as Chromium runs them."""
+    outputs = tmp_path / "outputs"
+    shutil.copytree(ROOT / "outputs" / "cpu", outputs / MARKUP)
+    run_file = outputs / MARKUP / "run.json"
+    run_file.write_text(json.dumps({**json.loads(run_file.read_text()), "platform": MARKUP}))
+    rebuild_reports(outputs=outputs)
+    for page in (build_gallery(outputs), outputs / MARKUP / "index.html"):
+        dom = _chromium("--virtual-time-budget=5000", "--dump-dom", page.as_uri())
+        assert "<body" in dom and "data-pwned" not in dom, f"{page}: the folder's script ran"
+        assert "x&lt;img src=x onerror=" in dom  # shown, as text

@@ -11,6 +11,7 @@ import pytest
 from kernel_lib import __main__ as cli
 from kernel_lib import allocator, params
 from kernel_lib.backends.suite import NOTEBOOK_BACKEND
+from kernel_lib.locks import lock_state
 from kernel_lib.params import ROOT
 from kernel_lib.platform import detect_backend
 from kernel_lib.records import Record
@@ -34,9 +35,11 @@ def test_yaml_with_unknown_key_exits_2_naming_it(capsys, tmp_path, monkeypatch):
 
 
 def _assert_checked_and_matchable(rows: list[dict], notebook: str) -> None:
-    """Every ok record has its id, run, raw samples and a passing check; every ratio has its
-    interval; the records are those `notebook` made in outputs/reference (ids past the platform)."""
+    """Every ok record has its id, run, raw samples and a passing check, and names the lock of
+    this environment; every ratio has its interval; the records are those `notebook` made in
+    outputs/reference (ids past the platform)."""
     assert rows and all(set(r) == set(Record.__dataclass_fields__) for r in rows)
+    assert {r["lock"] for r in rows} == {lock_state().label}
     assert all(r["status"] not in ("failed", "wrong") for r in rows)
     assert len({r["record_id"] for r in rows}) == len(rows)
     for r in rows:

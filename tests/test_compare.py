@@ -1,5 +1,6 @@
 """`compare A... -- B...`: verdicts, the permutation test, exit codes, cross-platform mode."""
 
+import dataclasses
 import json
 import re
 
@@ -181,6 +182,21 @@ def test_same_data_nothing_slower_exit_0(tmp_path, capsys):
     assert "nothing beyond the factor" in capsys.readouterr().out
 
 
+def test_a_change_of_environment_is_marked(tmp_path, capsys):
+    a, b = side(tmp_path, "a"), side(tmp_path, "b")
+    assert compare.cli([str(a), "--", str(b)]) == 0
+    assert "Environment changed" not in capsys.readouterr().out
+    for path in b.glob("run-*/run.json"):
+        run = json.loads(path.read_text())
+        run["environment"]["lock"] = "cpu 0123456789ab, 2 packages differ from the lock"
+        path.write_text(json.dumps(run))
+    assert compare.cli([str(a), "--", str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["lock"] for r in out["b"]} == {"cpu 0123456789ab, 2 packages differ from the lock"}
+    assert compare.cli([str(a), "--", str(b)]) == 0
+    assert "Environment changed: A ran under cpu " in capsys.readouterr().out
+
+
 def test_one_record_2x_slower_in_3_runs_a_side_is_slower_exit_1(tmp_path, capsys):
     a, b = side(tmp_path, "a"), side(tmp_path, "b", slow=2.0)
     c = compare.compare_folders([a], [b])
@@ -276,7 +292,9 @@ def test_stale_notebook_results_are_left_out(tmp_path):
         (["{a}", "--", "{missing}"], "no such folder"),
         (["{a}", "--", "{empty}"], "not a report folder"),
         (["{a}", "--", "{other}"], "no record in common"),
-        (["{a}", "--", "{b}", "--factor", "0.9"], "must be > 1"),
+        (["{a}", "--", "{b}", "--factor", "0.9"], "--factor must be a number > 1"),
+        (["{a}", "--", "{b}", "--factor", "11"], "must be a number > 1 and at most 10"),
+        (["{a}", "--", "{b}", "--factor", "nan"], "must be a number > 1 and at most 10"),
         (["{a}", "--", "{b}", "--bogus"], "unrecognized arguments"),
     ],
 )
@@ -294,6 +312,20 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
     captured = capsys.readouterr()
     assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
     assert message in captured.err and captured.out == ""
+
+
+def test_a_run_and_the_stores_name_for_it_are_refused_as_one_run(tmp_path, monkeypatch, capsys):
+    from kernel_lib.history import store
+
+    folder = write_report(tmp_path / "cpu", [timed("a", 1.0)], run_id="20260101T000000Z-1")
+    monkeypatch.setenv(store.STORE_ENV, str(tmp_path / "history.sqlite"))
+    store.add_report(folder, tmp_path / "history.sqlite")
+    assert compare.cli(["cpu@latest", "--", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and f"both hold run 20260101T000000Z-1 of {folder.resolve()}:" in err
+    )
+    assert "a run compared with itself" in err
 
 
 def test_options_on_either_side_of_the_separator():
@@ -330,6 +362,31 @@ def test_json_and_html_outputs(tmp_path, capsys):
     assert slow["key"] == "gemm/b/torch_mm/float32/-/n=64" and slow["a_runs"] == 3
     text = page.read_text()
     assert text.startswith("<!doctype html>") and "slower" in text and "<table" in text
+
+
+MARKUP = "x<img src=x onerror=document.body.dataset.pwned=1>"
+
+
+@pytest.mark.parametrize("cross_platform", [False, True])
+def test_the_html_page_shows_names_and_records_as_text(tmp_path, cross_platform):
+    """Folders, a platform, a device, a record's fields and a headline named with markup."""
+    headline = dict(ratio_vs_baseline=1.8, ratio_low=1.7, ratio_high=1.9, baseline=MARKUP)
+
+    def extra(error: float) -> list[Record]:  # a headline, and a correctness figure that changes
+        metric = timed("m", 1.0, metrics={"err": error})
+        return [
+            timed("h", 3.0, headline=MARKUP, **headline),
+            dataclasses.replace(metric, implementation=MARKUP),
+        ]
+
+    other = dict(platform="h100", device=MARKUP) if cross_platform else {}
+    a = side(tmp_path / "a", MARKUP, runs=1, extra=extra(1.0))
+    b = side(tmp_path / "b", MARKUP, runs=1, slow=2.0, extra=extra(2.0), **other)
+    page = tmp_path / "cmp.html"
+    compare.cli([str(a), "--", str(b), "--html", str(page)])
+    text = page.read_text()
+    assert "<img src=x" not in text and "&lt;img src=x onerror=" in text
+    assert "<h2>Headlines</h2>" in text if cross_platform else "metrics.err" in text
 
 
 # ---------------------------------------------------------------------------- cross-platform

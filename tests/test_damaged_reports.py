@@ -5,6 +5,7 @@ import contextlib
 import errno
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -165,6 +166,35 @@ def results_folder(folder: Path) -> Path:
     return folder / RESULTS
 
 
+def link(name: str, target: str | None = None):
+    """`name` replaced by a symbolic link to `target` (default: a valid copy outside the report)."""
+
+    def damage(folder: Path) -> Path:
+        outside = folder.parent / f"outside-{name}"
+        shutil.copyfile(folder / name, outside)
+        (folder / name).unlink()
+        (folder / name).symlink_to(target or outside)
+        return folder / name
+
+    return damage
+
+
+def fifo(name: str):
+    def damage(folder: Path) -> Path:
+        (folder / name).unlink()
+        os.mkfifo(folder / name)  # a reader that opened it would wait for a writer forever
+        return folder / name
+
+    return damage
+
+
+def linked_folder(folder: Path) -> Path:
+    """The report folder itself a link to the report, moved beside it."""
+    folder.rename(folder.with_name("real"))
+    folder.symlink_to(folder.with_name("real"))
+    return folder
+
+
 VALID = json.dumps(ROWS).encode()
 NO_NOTEBOOKS = json.dumps({k: v for k, v in RUN.items() if k != "notebooks"}).encode()
 ALL = COMMANDS
@@ -186,7 +216,17 @@ CASES = [
     ("flags a string", edit_record(1, flags="slow"), "[1].flags", ALL),
     ("check a list", edit_record(0, check=[1]), "[0].check", ALL),
     ("metrics null", edit_record(0, metrics=None), "[0].metrics", ALL),
+    ("profile.trace a number", edit_record(0, profile={"trace": 5}), "[0].profile.trace", ALL),
+    ("profile.top a string", edit_record(0, profile={"trace": "t", "top": "x"}), ".top", ALL),
     ("tflops true", edit_record(0, tflops=True), "[0].tflops", ALL),
+    ("a 1 MB reason", edit_record(0, reason="x" * 2**20), "[0].reason holds", ALL),
+    ("100,001 samples", edit_record(0, samples_ms=[1.0] * 100_001), "[0].samples_ms", ALL),
+    (
+        "a 1 MB device",
+        edit_run("environment", "name", value="x" * 2**20),
+        "name holds",
+        RUN_READERS,
+    ),
     ("no record_id", drop_record_field("record_id"), "[0] has no record_id", ALL),
     ("no topic", drop_record_field("topic"), "[0] has no topic", ALL),
     ("truncated", replace(RESULTS, VALID[: len(VALID) // 2]), "not JSON", ALL),
@@ -201,6 +241,13 @@ CASES = [
     ("a 5000-digit number", replace(RESULTS, b"[" + b"9" * 5000 + b"]"), "float range", ALL),
     ("nested too deeply", replace(RESULTS, b"[" * 100_000), "not JSON", ALL),
     ("results a folder", results_folder, "", ALL),
+    ("results a link to /dev/zero", link(RESULTS, "/dev/zero"), "a symbolic link", ALL),
+    ("results a link to a valid copy", link(RESULTS), "a symbolic link", ALL),
+    ("results a dangling link", link(RESULTS, "/nonexistent"), "a symbolic link", ALL),
+    ("results a FIFO", fifo(RESULTS), "a FIFO, not a regular file", ALL),
+    ("the report a link", linked_folder, "a symbolic link", ALL),
+    ("run.json a link to /dev/zero", link("run.json", "/dev/zero"), "symbolic", RUN_READERS),
+    ("run.json a FIFO", fifo("run.json"), "a FIFO, not a regular file", RUN_READERS),
     ("run.json not UTF-8", replace("run.json", b'{"git": "\xe9"}'), "not UTF-8", RUN_READERS),
     ("run.json a list", replace("run.json", b"[]"), "must be an object", RUN_READERS),
     ("environment a list", edit_run("environment", value=[]), "environment must", RUN_READERS),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import importlib.metadata
 import json
 import os
 import re
@@ -15,6 +14,7 @@ import sys
 import tarfile
 import threading
 import time
+import zipfile
 from argparse import Namespace
 from pathlib import Path
 
@@ -22,8 +22,10 @@ import psutil
 import pytest
 
 from kernel_lib.device_run import budget, checks, cli, preflight, wheels
+from kernel_lib.locks import LOCKS, read_lock
 from kernel_lib.params import ROOT, config_class, load_plan, notebook_defaults, notebook_parameters
 from kernel_lib.platform import datasheet_for
+from kernel_lib.profiling.pending import PROFILE_ENV
 from kernel_lib.records import NOTEBOOK_ENV, RESULTS_DIR_ENV, Record
 from kernel_lib.run.execute import KERNEL_NAME
 from kernel_lib.suite import Context, Section, Suite
@@ -203,14 +205,15 @@ def test_environment_puts_the_target_first_for_children_and_kernels(tmp_path):
     assert wheels.KERNEL_NAME == KERNEL_NAME
 
 
-def test_requirements_pin_the_venvs_versions_and_leave_the_image_its_own():
-    pins = wheels.pins()
-    assert not {"torch", "triton", "numpy", "pandas", "matplotlib"} & set(pins)
+def test_device_lock_pins_the_cuda_locks_versions_and_leaves_the_image_its_own():
+    pins, cuda = wheels.pins(), read_lock(ROOT / LOCKS["cuda"].path)
+    assert pins and not wheels.image_provides() & set(pins)
+    assert {"torch", "triton", "numpy", "pandas", "matplotlib"} <= wheels.image_provides()
+    assert {"papermill", "nbclient", "ipykernel", "nbval"} <= set(pins)
     for name, version in pins.items():
-        try:
-            assert importlib.metadata.version(name) == version, name
-        except importlib.metadata.PackageNotFoundError:
-            pass
+        if name in cuda:
+            assert cuda[name].version == version, name
+    assert all(pin.hashes for pin in read_lock(wheels.REQUIREMENTS).values())
 
 
 def test_unmet_requirements_follow_markers_extras_and_the_image():
@@ -246,10 +249,19 @@ def test_archive_holds_the_report_and_the_log(tmp_path):
     assert log == "[0 s] done\n"
 
 
+def _wheel(folder: Path, name: str = "papermill", version: str = "2.7.0") -> Path:
+    """A wheel holding its METADATA alone."""
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        metadata = f"Name: {name}\nVersion: {version}\n"
+        archive.writestr(f"{name}-{version}.dist-info/METADATA", metadata)
+    return path
+
+
 def _args(tmp_path, **given) -> Namespace:
     wheels_dir = tmp_path / "wheels"
     wheels_dir.mkdir(exist_ok=True)
-    (wheels_dir / "papermill-2.7.0-py3-none-any.whl").write_bytes(b"")
+    _wheel(wheels_dir)
     defaults = dict(
         platform="ci",
         wheels=str(wheels_dir),
@@ -294,6 +306,10 @@ def test_the_recipe_installs_preflights_runs_and_archives_into_out(monkeypatch, 
         {"param": ["moe_tokens=[-8]"]},  # the meaning its config checks
         {"param": ["fp8_seed=[1"]},  # not YAML
         {"budget_s": 0.0},
+        {"budget_s": cli.MAX_BUDGET_S + 1},
+        {"budget_s": float("inf")},
+        {"budget_s": float("nan")},
+        {"param": ["profile=sometimes"]},
         {"archive": "{tmp}"},  # a folder
         {"archive": "{tmp}/a-file/x.tar.gz"},  # in a file, not a folder
         {"out": "{tmp}/a-file"},
@@ -308,9 +324,63 @@ def test_bad_input_exits_2_before_anything_runs(monkeypatch, tmp_path, capsys, g
     assert (tmp_path / "a-file").read_text() == "mine"
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda path: path.write_bytes(b""),
+        lambda path: path.write_bytes(path.read_bytes()[:40]),  # cut short
+        lambda path: zipfile.ZipFile(path, "w").close(),  # no METADATA
+    ],
+)
+def test_a_damaged_wheel_is_one_line_naming_it_before_anything_runs(
+    monkeypatch, tmp_path, capsys, damage
+):
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
+    args = _args(tmp_path, dry_run=True)
+    damage(_wheel(tmp_path / "wheels", "nbclient", "0.10.2"))
+    assert cli.cmd_device_run(args) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --wheels: nbclient-0.10.2-py3-none-any.whl is not a readable")
+
+
+def test_profile_is_taken_as_run_takes_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(PROFILE_ENV, "off")  # restored after the test
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
+    given = dict(platform="h100-quick", only=None, plan_only=True, param=["profile=all"])
+    assert cli.cmd_device_run(_args(tmp_path, **given)) == 0
+    assert os.environ[PROFILE_ENV] == "all"  # what the runs inherit
+
+
+def test_a_bad_profile_in_the_environment_is_one_line_before_anything_runs(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setenv(PROFILE_ENV, "bogus")
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
+    assert cli.cmd_device_run(_args(tmp_path)) == 2
+    assert capsys.readouterr().err == (
+        "error: $KERNEL_WORKBOOK_PROFILE='bogus' must be one of off, headlines, all\n"
+    )
+
+
+def test_a_run_that_ends_before_its_first_notebook_archives_no_earlier_report(
+    monkeypatch, tmp_path, capsys
+):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "run.json").write_text('{"platform": "ci", "run_id": "earlier"}')
+    (out / "fp8.results.json").write_text("[]")
+    failed = budget.Outcome(1, 0.0, False, ["pip: no such wheel"])
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: failed)  # the install fails
+    monkeypatch.setenv("OUT", str(tmp_path / "back"))
+    assert cli.cmd_device_run(_args(tmp_path)) == 1
+    assert not (tmp_path / "back").exists()
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1].endswith(f"archive: none, no notebook of this run is in {out} yet")
+
+
 def test_device_mk_downloads_for_the_tags_the_dry_run_checks():
     text = (ROOT / "device.mk").read_text()
-    recipe = text[text.index("pip download") : text.index("-r requirements-device.txt")]
+    recipe = text[text.index("pip download") : text.index("-r locks/device.txt")]
     tags = wheels.HOST_TAGS
     platforms = [tags[i + 1] for i, t in enumerate(tags) if t == "--platform"]
     assert re.findall(r"--platform (\S+)", recipe) == platforms

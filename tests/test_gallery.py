@@ -1,10 +1,12 @@
 """The gallery and the per-report sections, built from records only (no notebook is run)."""
 
 import dataclasses
+import html
 import json
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import unquote
 
 import nbformat
 import pandas as pd
@@ -27,6 +29,7 @@ from kernel_lib.records import (
 from kernel_lib.report.aggregate import aggregate_records, write_aggregate_run
 from kernel_lib.report.findings import correctness_summary, figure_text, headline_rows
 from kernel_lib.report.gallery import build_gallery
+from kernel_lib.report.lead import findings_markdown
 from kernel_lib.report.pages import build_report, rebuild_reports
 from kernel_lib.report.panels import CEILING_COLOUR, COLOURS, Panel, panels
 from kernel_lib.report.read import REFERENCE_PLATFORM, read_report, report_folders, report_records
@@ -87,7 +90,7 @@ def _run(platform: str, facts, notebooks, **extra) -> dict:
         "run_id": f"r-{platform}",
         "git": "abc1234",
         "command": "python -m kernel_lib run",
-        "environment": facts.as_dict(),
+        "environment": {**facts.as_dict(), "lock": "cpu 0123456789ab, locked"},
         "notebooks": [
             {
                 "notebook": nb,
@@ -171,6 +174,7 @@ def test_gallery_lists_every_report_and_its_links_resolve(outputs):
     for link in _links(index):
         assert (outputs / link).exists(), link
     assert "abc1234" in text and "Test CPU" in text  # git revision and device of each report
+    assert "cpu 0123456789ab, locked" in text  # the environment that measured it
     assert "2.00x [1.90, 2.10] vs dense_gemm" in text  # headlines side by side: a ratio
     assert "2.00 [1.90, 2.10] of the dense GEMM pair of the same FLOPs" in text  # a ceiling
     assert "skipped: no FP8 units" in text
@@ -306,6 +310,44 @@ def test_each_report_gets_its_plots_correctness_and_notebook_links(outputs):
     assert 'class="scroll"' in text and "overflow-wrap:break-word" in text  # wide tables wrap
 
 
+# A folder name (from `cloud collect`, an untarred archive) that runs a script where a page shows
+# it unescaped; one that a link would read as a scheme; one that matplotlib would read as mathtext.
+MARKUP = "x<img src=x onerror=document.body.dataset.pwned=1>"
+NAMES = (MARKUP, "javascript:alert(1)", "a$\\nope{$b #?")
+
+
+def _named(root: Path, cpu_facts) -> Path:
+    """Reports under `root` whose folders, platforms and an environment key are NAMES."""
+    _report(root / "cpu", cpu_facts, 0.8)
+    for name in NAMES:
+        folder = _report(root / name, cpu_facts, 2.0, platform=name)
+        run = json.loads((folder / "run.json").read_text())
+        run["environment"][name] = name
+        (folder / "run.json").write_text(json.dumps(run))
+        build_report(folder)
+    return root
+
+
+def test_names_from_outside_are_text_in_every_page(tmp_path, cpu_facts):
+    root = _named(tmp_path / "outputs", cpu_facts)
+    gallery = build_gallery(root)
+    shown = {gallery: NAMES, **{root / name / "index.html": (name,) for name in NAMES}}
+    for page, names in shown.items():
+        text = page.read_text()
+        assert "<img src=x" not in text and 'href="javascript:' not in text, page
+        assert all(html.escape(name) in text for name in names), page
+        for link in _links(page):
+            assert (page.parent / unquote(link)).exists(), (page, link)
+    headline_table = gallery.read_text().split("<summary>Every headline as a table</summary>")[1]
+    assert "<th>x&lt;img src=x" in headline_table  # the platform's column: the probe's finding
+
+
+def test_the_findings_cell_shows_names_as_text(tmp_path, cpu_facts):
+    folder = _named(tmp_path / "outputs", cpu_facts) / MARKUP
+    cell = findings_markdown(report_records(folder), MARKUP)
+    assert "<img src=x" not in cell and "x&lt;img src=x onerror" in cell
+
+
 def test_summary_lists_the_headlines_one_per_line_by_notebook(outputs):
     summary = (outputs / "cpu" / "SUMMARY.md").read_text()
     headlines_md = summary.split("## Headlines\n\n", 1)[1].split("\n## ", 1)[0]
@@ -345,6 +387,7 @@ def _remember_runs(outputs: Path, folders: tuple[str, ...]) -> None:
         run_file = outputs / folder / "run.json"
         run = json.loads(run_file.read_text())
         run.update(run_id=f"r{day}", started_utc=f"2026-01-0{day}T00:00:00+00:00")
+        run["notebooks"] = [{**nb, "run_id": f"r{day}"} for nb in run["notebooks"]]
         run_file.write_text(json.dumps(run))
         store.remember(outputs / folder)
 

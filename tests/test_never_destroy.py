@@ -1,7 +1,7 @@
 """Never destroy (kernel_lib.writes, kernel_lib.outdir): every command that writes (run, cloud
-collect, compare --html, export --out, report --gallery, sensitivity --out) refuses what is not its
-own in one line (exit 2) or completes without loss; a disk error is one line (exit 1) and leaves
-every file as it was; the user's files stay byte for byte."""
+collect, compare --html, export --out, report --gallery, sensitivity --out, history --add and
+--rebuild) refuses what is not its own in one line (exit 2) or completes without loss; a disk
+error is one line (exit 1) and leaves every file as it was; the user's files stay byte for byte."""
 
 import contextlib
 import errno
@@ -21,6 +21,7 @@ import kernel_lib.ab as ab
 from kernel_lib import __main__ as cli
 from kernel_lib import params
 from kernel_lib.compare import NOISE_FLOOR_KEYS
+from kernel_lib.history import store
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.run import runner
 from kernel_lib.run.execute import execute
@@ -384,6 +385,64 @@ def test_check_of_a_report_made_by_other_code_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"note: {report} was made by git abc1234, ")
     assert "may come from the code, not this machine" in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------------- history (results store)
+
+
+@pytest.fixture
+def outputs(tmp_path):
+    """outputs/ holding a report (its pages beside its records) and a store of its run."""
+    outputs = tmp_path / "outputs"
+    store.remember(pages(write_report(outputs / "cpu")))
+    assert (outputs / store.STORE_NAME).exists()
+    return outputs
+
+
+@pytest.mark.parametrize("kind", ["report's results file", "user's text file", "user's folder"])
+def test_rebuild_writes_only_onto_a_store_or_a_new_path(outputs, monkeypatch, kind):
+    target = outputs / "cpu" / RESULTS
+    if kind == "user's text file":
+        (target := outputs.parent / "notes.txt").write_bytes(MINE)
+    elif kind == "user's folder":
+        (target := outputs.parent / "mine").mkdir()
+        (target / "mine.txt").write_bytes(MINE)
+    monkeypatch.setenv(store.STORE_ENV, str(target))  # as `KERNEL_WORKBOOK_STORE=... history`
+    before = files(outputs.parent)
+    says = {"report's results file": "report's own files", "user's text file": "not a results"}
+    refused(run_cli(["history", "--rebuild", "--outputs", outputs]), says.get(kind, "folder"))
+    assert files(outputs.parent) == before
+
+
+def test_rebuild_from_a_misspelt_outputs_is_one_line(outputs):
+    before, path = files(outputs.parent), outputs / store.STORE_NAME
+    argv = ["history", "--rebuild", "--store", path, "--outputs", outputs.parent / "outptus"]
+    refused(run_cli(argv), "outptus")
+    assert files(outputs.parent) == before
+
+
+def test_a_store_is_never_made_in_a_report(outputs, capsys):
+    inside = outputs / "cpu" / store.STORE_NAME
+    before = files(outputs.parent)
+    for argv in (["--add", outputs / "cpu"], ["--rebuild", "--outputs", outputs]):
+        refused(run_cli(["history", "--store", inside, *argv]), "report's own files")
+    store.remember(outputs / "cpu", path=inside)  # the runners' hook: one warning line
+    assert capsys.readouterr().err.count("\n") == 1 and files(outputs.parent) == before
+
+
+def test_rebuild_on_a_full_disk_leaves_the_store_as_it_was(outputs, monkeypatch):
+    before = files(outputs.parent)
+
+    def full(src, dst, **kwargs):
+        Path(dst).write_bytes(b"")  # what a full disk leaves: a 0-byte file
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    path = outputs / store.STORE_NAME
+    code, out, err = run_cli(["history", "--rebuild", "--store", path, "--outputs", outputs])
+    assert code == 1 and not out and err.count("\n") == 1, err
+    assert f"{path}." in err and "No space left on device" in err, err
+    assert files(outputs.parent) == before  # no backup, no temporary file left
 
 
 # ------------------------------------------------------------------------- every command x target

@@ -7,7 +7,9 @@ import contextlib
 import gzip
 import json
 import os
+import shutil
 
+import pandas as pd
 import pytest
 import torch
 
@@ -24,7 +26,7 @@ from kernel_lib.profiling import phases
 from kernel_lib.profiling.capture import profiled
 from kernel_lib.profiling.pending import PROFILE_ENV, forget, mode_override, remember, take
 from kernel_lib.report.lead import findings_markdown
-from kernel_lib.report.phases import NONE, report_phases_html
+from kernel_lib.report.phases import NONE, findings_phases, report_phases_html
 from kernel_lib.reportfiles import notebook_records
 from kernel_lib.suite import Context, Section, Suite
 
@@ -159,6 +161,67 @@ def test_profile_command(tmp_path, capsys, report):
     assert err[-1].startswith("error: profile: no record 'cpu/no/such/id'")
 
 
+OUTSIDE_FILE = "../../../../etc/hostname"  # a probe's trace: read outside the report
+
+
+def _bad_profile(folder, tmp_path, edit) -> tuple[str, object]:
+    """A copy of the report whose headline record's profile is `edit(profile)`: (its record id,
+    the copy)."""
+    copy = tmp_path / "report"
+    shutil.copytree(folder, copy)
+    results = copy / "moe.results.json"
+    rows = json.loads(results.read_text())
+    headline = next(r for r in rows if r.get("profile"))
+    edit(headline)
+    results.write_text(json.dumps(rows))
+    return headline["record_id"], copy
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [  # {id}: the record's id; [1]: the headline's place in its results file
+        (lambda r: r["profile"].update(trace=OUTSIDE_FILE), "{id}: profile.trace '../../../"),
+        (lambda r: r["profile"].update(trace="/etc/hostname"), "{id}: profile.trace '/etc/"),
+        (lambda r: r["profile"].update(trace=""), "{id}: profile.trace '' is not a file in"),
+        (lambda r: r["profile"].update(trace=5), "[1].profile.trace must be a string, not 5"),
+        (lambda r: r["profile"].update(top="nope"), "[1].profile.top must be a list, not 'nope'"),
+        (lambda r: r["profile"]["top"][0].pop("share"), "[1].profile.top[0] has no share"),
+        (lambda r: r["profile"].update(phases=[1]), "[1].profile.phases must be an object"),
+        (lambda r: r["profile"].update(overhead="1"), "[1].profile.overhead must be a number"),
+        (lambda r: r.update(median_ms=None), "{id}: has a profile but no median_ms"),
+    ],
+)
+def test_a_bad_profile_field_is_one_line_naming_the_record_and_field(
+    tmp_path, capsys, report, edit, field
+):
+    record_id, copy = _bad_profile(report[0], tmp_path, edit)
+    before = {p: p.read_bytes() for p in copy.iterdir()}
+    trace = tmp_path / "trace.json"
+    assert main(["profile", record_id, "--report", str(copy), "--trace", str(trace)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("error: "), err
+    assert field.format(id=record_id) in err, err
+    assert not trace.exists() and {p: p.read_bytes() for p in copy.iterdir()} == before
+
+
+@pytest.mark.parametrize("target", ["/etc/hostname", "inside"])
+def test_a_trace_that_is_a_link_is_never_read(tmp_path, capsys, report, target):
+    """A trace linked out of the report (resolved: outside), or to a file inside it (a link all
+    the same): refused in one line, nothing read."""
+    record_id, copy = _bad_profile(report[0], tmp_path, lambda r: None)
+    trace = copy / json.loads((copy / "moe.results.json").read_text())[1]["profile"]["trace"]
+    inside = trace.with_name("inside.json.gz")
+    trace.rename(inside)
+    trace.symlink_to(inside if target == "inside" else target)
+    assert main(["profile", record_id, "--report", str(copy), "--trace", "-"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    if target == "inside":
+        assert f"{trace}: a symbolic link" in err, err
+    else:
+        assert f"{record_id}: profile.trace '{trace.name}' is not a file in" in err, err
+
+
 def test_a_report_without_profiles_says_so(report):
     assert NONE in report_phases_html(notebook_records(ROOT / "outputs" / "h100"))
     shown = report_phases_html(notebook_records(report[0]))
@@ -197,3 +260,22 @@ def test_each_profile_mode_is_taken_from_the_command_line(monkeypatch, mode):
     overrides = {"profile": parse_override(f"profile={mode}")[1], "moe_tokens": 8}
     mode_override(overrides)
     assert os.environ[PROFILE_ENV] == mode and overrides == {"moe_tokens": 8}
+
+
+def test_a_profiles_names_and_trace_path_are_text_and_a_relative_link():
+    rows = pd.DataFrame(
+        [
+            {
+                "headline": "moe.forward_vs_dense",
+                "implementation": "<img src=x onerror=alert(1)>|[a](b)",
+                "median_ms": 1.0,
+                "profile.overhead": 1.1,
+                "profile.trace": "javascript:alert(1)",
+                "profile.phases.dispatch": 0.5,
+            }
+        ]
+    )
+    page, cell = report_phases_html(rows), findings_phases(rows)
+    assert "<img src=x" not in page and "<img src=x" not in cell
+    assert 'href="javascript%3Aalert%281%29"' in page and "](javascript%3Aalert%281%29)" in cell
+    assert "[a](b)" not in cell

@@ -2,10 +2,12 @@
 least the single-run factor of quiet or busy runs, raised by its history's spread, so that an A/A
 does not cry wolf and a slowdown beyond the record's factor is named."""
 
+import json
 import shutil
 
 from kernel_lib.history import regressions, store
 from tests import test_damaged_reports
+from tests.test_damaged_reports import RESULTS
 from tests.test_store import cli_run, write_report
 
 LARGE = "gemm/large/torch_mm"
@@ -95,3 +97,20 @@ def test_busy_runs_confirm_only_on_one_thread(tmp_path, monkeypatch):
             store.remember(report)
         code, out, _ = cli_run("regressions", "--store", report.parent / store.STORE_NAME)
         assert code == (verdict == "1 slower") and verdict in out, out
+
+
+def test_a_platform_with_no_record_in_common_is_one_line_and_the_others_go_on(tmp_path):
+    """A fresh clone's `history --rebuild` (outputs/reference: its results are not committed, so
+    its run has no record) and one ci run: ci has nothing to compare (one line), and cpu's
+    slowdown after it is still named (exit 1)."""
+    for day, name in enumerate(("reference", "ci"), 1):
+        report = write_report(tmp_path / name, name, day)
+        run = json.loads((report / "run.json").read_text())
+        (report / "run.json").write_text(json.dumps({**run, "platform": "ci"}))
+        if name == "reference":
+            (report / RESULTS).unlink()
+        store.add_report(report, tmp_path / "outputs" / store.STORE_NAME)
+    code, out = runs(tmp_path, 1.0, 5.0)  # cpu's, into the same store
+    (ci,) = [line for line in out.splitlines() if line.startswith("ci ")]
+    assert "no record in common: nothing to compare" in ci, out
+    assert code == 1 and LARGE in slower_lines(out)[0], out

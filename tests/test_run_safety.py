@@ -1,8 +1,15 @@
 """`run` replaces only its own reports, one run per folder, never loses a finished run, and says
 in one line why it stopped (bad --out, busy folder, disk error, Ctrl-C); kernels run this checkout."""
 
+import contextlib
 import errno
+import io
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -250,3 +257,129 @@ def test_a_notebook_imports_the_runners_kernel_lib(tmp_path, write_notebook, mon
         "cache": str(ROOT / ".cache" / "inductor"),
     }
     assert os.environ["PYTHONPATH"] == str(other)  # the runner's own environment is restored
+
+
+def sigterm(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_is_ctrl_c_one_line_exit_130_and_leaves_the_previous_report(run, out, monkeypatch):
+    assert run(out)[0] == 0
+    before, handler = files(out.parent), signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr("kernel_lib.run.runner.execute", sigterm)
+    code, err = run(out)
+    assert code == 130
+    assert last_line(err) == f"interrupted: the previous report in {out} is unchanged"
+    assert files(out.parent) == before and signal.getsignal(signal.SIGTERM) is handler
+
+
+def test_sigterm_in_cloud_collect_is_ctrl_c_and_writes_nothing(run, out, tmp_path, monkeypatch):
+    assert run(out)[0] == 0  # a report to collect
+    monkeypatch.setattr("kernel_lib.cloud.collect.install", sigterm)
+    code, err = run_cli(["cloud", "collect", str(out.parent), "--out", str(tmp_path / "gallery")])
+    assert (code, err) == (130, "interrupted: SIGTERM\n")
+    assert not (tmp_path / "gallery").exists()
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """`python -m kernel_lib ARGV` in this process: its exit code and stderr."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_between_the_swaps_two_renames_waits_for_the_second(
+    run, out, monkeypatch, signum
+):
+    assert run(out)[0] == 0
+    first = out.stat().st_ino
+    rename = Path.rename
+
+    def signalled(self, target):
+        moved = rename(self, target)
+        if self == out:  # the old report set aside, the new one not yet in place
+            os.kill(os.getpid(), signum)
+        return moved
+
+    monkeypatch.setattr(Path, "rename", signalled)
+    code, err = run(out)
+    assert code == 130 and last_line(err) == f"interrupted: {out} holds the new report whole"
+    assert (out / "run.json").exists() and out.stat().st_ino != first  # the staged folder
+    assert [p.name for p in out.parent.iterdir()] == ["out"]  # the old one gone, nothing beside
+
+
+def test_replace_carries_nothing_of_the_report_it_replaces(run, out, tmp_path, write_notebook):
+    write_notebook(tmp_path / "notebooks" / "b.ipynb", "y = 2")
+    (tmp_path / "parameters" / "p.yaml").write_text("workbook: {notebooks: [a, b]}\n")
+    assert run(out)[0] == 0
+    assert run(out, "--only", "a")[0] == 0 and (out / "b.ipynb").exists()  # the others kept
+    assert run(out, "--only", "a", "--replace")[0] == 0
+    assert not list(out.glob("b.*"))
+    notebooks = json.loads((out / "run.json").read_text())["notebooks"]
+    assert [n["notebook"] for n in notebooks] == ["a"]
+
+
+STOP_WHILE_IMPORTING = """import runpy, sys
+class Stop:  # a Ctrl-C while python -m kernel_lib imports its modules
+    def find_spec(self, name, path=None, target=None):
+        if name == "kernel_lib.platform":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Stop())
+sys.argv = ["kernel_lib", "platforms"]
+runpy.run_module("kernel_lib", run_name="__main__", alter_sys=True)"""
+
+
+def test_ctrl_c_while_importing_is_one_line_exit_130():
+    proc = subprocess.run(
+        [sys.executable, "-c", STOP_WHILE_IMPORTING],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_parser", interrupt)
+    assert cli.main(["platforms"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+SLEEP = "import time\ntime.sleep(120)"
+RUNNER = """import sys
+from pathlib import Path
+from kernel_lib import __main__ as cli, params
+params.platform_files.PARAMETERS_DIR = Path({prm!r})
+params.notebooks.NOTEBOOKS_DIR = Path({nbs!r})
+sys.exit(cli.main(["run", "--platform", "p", "--no-progress", "--out", {out!r}]))"""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_real_run_in_its_second_notebook_as_ctrl_c_does(tmp_path, write_notebook):
+    """Papermill has run a kernel for the first notebook: SIGTERM still stops the second one."""
+    nbs, prm, out = tmp_path / "notebooks", tmp_path / "parameters", tmp_path / "runs" / "out"
+    nbs.mkdir(), prm.mkdir()
+    started = tmp_path / "b-started"
+    write_notebook(nbs / "a.ipynb", "x = 1")
+    write_notebook(nbs / "b.ipynb", f"open({str(started)!r}, 'w').close()", SLEEP)
+    (prm / "p.yaml").write_text("workbook: {notebooks: [a, b]}\n")
+    code = RUNNER.format(prm=str(prm), nbs=str(nbs), out=str(out))
+    runner = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and runner.poll() is None and not started.exists():
+            time.sleep(0.2)
+        runner.send_signal(signal.SIGTERM)
+        err = runner.communicate(timeout=60)[1]
+    finally:
+        runner.kill()
+    assert runner.returncode == 130, err
+    # the runner's last line (a kernel being shut down may print to the stderr it inherits)
+    assert err.splitlines()[-1] == f"interrupted: b stopped; {out} keeps the sections it finished"
+    notebooks = json.loads((out / "run.json").read_text())["notebooks"]
+    assert {n["notebook"]: n["status"] for n in notebooks} == {"a": "ok", "b": "stopped"}

@@ -10,6 +10,7 @@ import pytest
 from tqdm import tqdm
 
 from kernel_lib import outdir
+from kernel_lib.locks import lock_state
 from kernel_lib.params import load_plan
 from kernel_lib.run.execute import _saved_status
 from kernel_lib.run.machine import machine_load
@@ -100,11 +101,12 @@ def test_only_replaces_one_notebook_and_keeps_the_rest(report):
     )  # kept rows keep their run
 
 
-def test_saved_records_carry_the_run_id_and_platform(report):
+def test_saved_records_carry_the_run_id_platform_and_lock(report):
     _, out, _ = report
     run = json.loads((out / "run.json").read_text())
     (row,) = json.loads((out / "absent.results.json").read_text())
     assert row["platform"] == "all" and row["record_id"].startswith("all/t/c/i/")
+    assert row["lock"] == run["environment"]["lock"] == lock_state().label
     assert row["run_id"] == next(
         r["run_id"] for r in run["notebooks"] if r["notebook"] == "absent"
     )
@@ -211,14 +213,16 @@ def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, write_notebook):
     assert "repeat" not in json.loads((out / "run.json").read_text())
 
 
-@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", "51", "100000"])
 def test_bad_repeat_exits_2_with_one_line(value, capsys, tmp_path):
     from kernel_lib import __main__ as cli
 
     argv = ["run", "--platform", "ci", "--repeat", value, "--out", str(tmp_path / "o")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --repeat must be an integer >= 1") and err.count("\n") == 1
+    assert (
+        err.startswith("error: --repeat must be an integer from 1 to 50") and err.count("\n") == 1
+    )
     assert not (tmp_path / "o").exists()
 
 

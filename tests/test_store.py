@@ -19,14 +19,17 @@ import pandas as pd
 from kernel_lib import __main__ as cli
 from kernel_lib import ab, params
 from kernel_lib.compare import comparison
-from kernel_lib.history import store
+from kernel_lib.history import rebuild, store
 from kernel_lib.records import stamp, to_dicts
+from kernel_lib.report import trends
 from kernel_lib.report.aggregate import write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
 from tests.test_damaged_reports import RESULTS, RUN, _timed
 from tests.test_run_safety import fake_execute
 
 KEY = "moe.forward_vs_dense"
+OTHER = "moe.seed_same_dtype"  # the headline of a second notebook
+LOCK = "cpu 1a2b3c4d5e6f, locked"
 
 
 def samples(ms: float, spread: float) -> tuple[float, ...]:
@@ -48,7 +51,10 @@ def write_run(
     ]
     rows = to_dicts(stamp(records, run_id=run_id, platform="cpu"))
     (folder / RESULTS).write_text(json.dumps(rows))
-    notebooks = [{**nb, "machine": {**nb["machine"], "busy": busy}} for nb in RUN["notebooks"]]
+    notebooks = [
+        {**nb, "run_id": run_id, "machine": {**nb["machine"], "busy": busy}}
+        for nb in RUN["notebooks"]
+    ]
     run = {**RUN, "run_id": run_id, "started_utc": started, "git": git, "notebooks": notebooks}
     (folder / "run.json").write_text(json.dumps(run))
 
@@ -196,15 +202,22 @@ def one_line_refusal(path: Path, *words: str) -> None:
     assert path.read_bytes() == before
 
 
-def test_a_damaged_store_is_one_line_and_rebuild_brings_it_back(tmp_path):
+def test_a_damaged_store_is_one_line_and_rebuild_never_replaces_it(tmp_path):
+    """A store that is not one is refused by every command, `--rebuild` too (it may be someone's
+    file): left byte for byte; moved aside, `--rebuild` builds a new one from the report."""
     path = two_reports(tmp_path)
     path.write_bytes(b"not a database, a note someone saved here" * 100)
-    one_line_refusal(path, "not a results store", "history --rebuild")
+    one_line_refusal(path, "not a results store", "move it aside, then", "history --rebuild")
     with contextlib.closing(sqlite3.connect(path.with_name("empty.sqlite"))) as con:
         con.execute("PRAGMA user_version = 1")  # the version, but no tables
-    one_line_refusal(path.with_name("empty.sqlite"), "tables are missing", "--rebuild")
+    one_line_refusal(path.with_name("empty.sqlite"), "tables are missing", "move it aside")
+    before = path.read_bytes()
+    code, out, err = cli_run("history", "--store", path, "--rebuild", "--outputs", path.parent)
+    assert code == 2 and not out and err.count("\n") == 1 and path.read_bytes() == before, err
+    path.rename(path.with_name("aside"))
     code, out, _ = cli_run("history", "--store", path, "--rebuild", "--outputs", path.parent)
     assert code == 0 and [r["run_id"] for r in store.runs(path)] == ["r2"]  # the kept report
+    assert path.with_name("aside").read_bytes() == before
 
 
 def test_a_store_of_a_newer_schema_is_one_line(tmp_path):
@@ -330,3 +343,167 @@ def test_the_gallery_draws_a_trend_and_marks_a_torch_upgrade(tmp_path):
     assert 'data-trend-points="2"' in panel and "torch 2.13 -&gt; 2.14" in panel, panel
     shutil.move(outputs / store.STORE_NAME, tmp_path / "elsewhere.sqlite")  # a fresh clone's
     assert 'data-trend-points="0"' in build_gallery(outputs).read_text()
+
+
+def add_notebook(folder: Path, name: str, run_id: str, rows: list[dict] | None = None) -> None:
+    """A second notebook in the report `folder`: its results (`rows`, default one headline of
+    OTHER) and its run.json entry, as run `run_id` saved them."""
+    if rows is None:
+        seed = _timed("seed", 2.0, headline=OTHER, ratio_vs_baseline=1.2)
+        rows = to_dicts(stamp([seed], run_id=run_id, platform="cpu"))
+    (folder / f"{name}{store.RESULTS_SUFFIX}").write_text(json.dumps(rows))
+    run = json.loads((folder / "run.json").read_text())
+    run["notebooks"].append({**RUN["notebooks"][0], "notebook": name, "run_id": run_id})
+    (folder / "run.json").write_text(json.dumps(run))
+
+
+def write_ab(out: Path, slow_b: str | None = None) -> Path:
+    """An `ab` run as it leaves .cache/ab/<run>: ab.json and one finished run a side."""
+    out.mkdir(parents=True)
+    (out / ab.STATE).write_text(json.dumps({"runs": 1, "factor": None, "slow_b": slow_b}))
+    for day, side in enumerate(ab.rounds.SIDES, 10):
+        write_run(out / side / "run-1", f"{out.name}-{side}", f"2026-01-{day}T00:00:00+00:00")
+    return out
+
+
+def test_a_run_of_some_notebooks_holds_only_their_records(tmp_path):
+    """`run --only bench` into a report that keeps notebook `other` from run r1: r2's rows are
+    bench's alone, so OTHER's trend has r1's point and no point r2 never measured."""
+    report = tmp_path / "outputs" / "cpu"
+    write_report(report, "r1", 1)
+    add_notebook(report, "other", "r1")
+    store.remember(report)
+    kept = (report / f"other{store.RESULTS_SUFFIX}").read_text()
+    shutil.rmtree(report)
+    write_report(report, "r2", 2)
+    add_notebook(report, "other", "r1", json.loads(kept))  # as the runner keeps it
+    store.remember(report)
+    path = report.parent / store.STORE_NAME
+    assert {r["notebook"] for r in store.records(path, ["r1"])} == {"bench", "other"}
+    assert {r["notebook"] for r in store.records(path, ["r2"])} == {"bench"}
+    code, out, _ = cli_run("history", "--store", path, "--key", OTHER, "--csv")
+    assert code == 0 and list(pd.read_csv(io.StringIO(out))["run_id"]) == ["r1"], out
+
+
+def test_a_record_id_saved_twice_in_a_run_is_refused_in_one_line(tmp_path, capsys):
+    path = two_reports(tmp_path)
+    before = path.read_bytes()
+    theirs = write_report(tmp_path / "theirs", "t1", 3)
+    add_notebook(theirs, "copy", "t1", json.loads((theirs / RESULTS).read_text()))
+    code, out, err = cli_run("history", "--store", path, "--add", theirs)
+    assert code == 2 and not out and err.count("\n") == 1, err
+    assert "2 record id(s) more than once" in err and "bench, copy" in err, err
+    assert path.read_bytes() == before
+    store.remember(theirs, path=path)  # the runners' hook: one warning, the run not added
+    assert capsys.readouterr().err.count("\n") == 1 and path.read_bytes() == before
+
+
+def test_history_add_takes_an_ab_run_as_ab_adds_it(tmp_path):
+    """`history --add .cache/ab/<run>` (docs/history.md): each side as one report,
+    `ab:<run>/<side>`; one side by its folder; a side slowed by --slow-b left out."""
+    path = tmp_path / store.STORE_NAME
+    code, out, err = cli_run("history", "--store", path, "--add", write_ab(tmp_path / "x-y-cpu"))
+    assert code == 0 and "added 2 run(s)" in out, err
+    assert [r["report"] for r in store.runs(path)] == ["ab:x-y-cpu/A", "ab:x-y-cpu/B"]
+    slowed = write_ab(tmp_path / "slow", slow_b="bf16_linear=0.5")
+    assert cli_run("history", "--store", path, "--add", slowed)[1].endswith(
+        f"added 1 run(s) of {slowed}\n"
+    )
+    assert cli_run("history", "--store", path, "--add", slowed / "A")[0] == 0
+    code, out, err = cli_run("history", "--store", path, "--add", slowed / "B")
+    assert code == 2 and err.count("\n") == 1 and "slowed by --slow-b" in err, err
+    assert len(store.runs(path)) == 3
+
+
+def test_rebuild_keeps_every_run_it_cannot_find_and_the_store_before(tmp_path):
+    """A store of 6 runs (two of outputs/cpu, the first's report replaced since; an `ab` run's
+    two; an imported report's two) rebuilt from outputs/: all 6 kept, the one found read again,
+    and the store as it was beside it, byte for byte."""
+    path = two_reports(tmp_path)
+    theirs = write_report(tmp_path / "theirs", "t1", 5, repeat=2)
+    assert cli_run("history", "--store", path, "--add", write_ab(tmp_path / "ab"), theirs)[0] == 0
+    ids, before = [r["run_id"] for r in store.runs(path)], path.read_bytes()
+    assert len(ids) == 6
+    code, out, _ = cli_run("history", "--rebuild", "--store", path, "--outputs", path.parent)
+    (backup,) = path.parent.glob(f"{store.STORE_NAME}.*.bak")
+    assert code == 0 and "1 run(s); 5 run(s) not found there kept" in out and str(backup) in out
+    assert [r["run_id"] for r in store.runs(path)] == ids and backup.read_bytes() == before
+    assert cli_run("history", "--rebuild", "--store", path, "--outputs", path.parent)[0] == 0
+    assert len(list(path.parent.glob(f"{store.STORE_NAME}.*.bak"))) == 2  # none replaced
+
+
+def test_a_writer_during_rebuild_waits_and_keeps_its_run(tmp_path, monkeypatch):
+    """--rebuild holds the store's lock: a run added meanwhile waits for it, then is added."""
+    path = two_reports(tmp_path)
+    late = write_report(tmp_path / "late", "late", 9)
+    copying, go = threading.Event(), threading.Event()
+    copy = shutil.copyfile
+
+    def slow_copy(source, target):  # the backup, taken with the lock held
+        copying.set()
+        go.wait(10)
+        return copy(source, target)
+
+    monkeypatch.setattr(shutil, "copyfile", slow_copy)
+    rebuilding = threading.Thread(target=rebuild.rebuild, args=(path.parent, path))
+    rebuilding.start()
+    assert copying.wait(10)
+    writer = threading.Thread(target=store.add_report, args=(late, path))
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive()  # waiting for the lock
+    go.set()
+    rebuilding.join(10), writer.join(10)
+    assert [r["run_id"] for r in store.runs(path)] == ["r1", "r2", "late"]
+
+
+def test_the_environments_lock_is_stored_and_shown_beside_torch(tmp_path):
+    report = write_report(tmp_path / "outputs" / "cpu", "r1", 1)
+    run = json.loads((report / "run.json").read_text())
+    run["environment"]["lock"] = LOCK
+    (report / "run.json").write_text(json.dumps(run))
+    store.remember(report)
+    path = report.parent / store.STORE_NAME
+    assert [r["lock"] for r in store.runs(path)] == [LOCK]
+    code, out, _ = cli_run("history", "--store", path, "--csv")
+    table = pd.read_csv(io.StringIO(out))
+    assert code == 0 and list(table.columns[5:7]) == ["torch", "lock"]
+    assert list(table["lock"]) == [LOCK]
+
+
+def test_a_store_of_schema_1_is_migrated_and_keeps_its_runs(tmp_path):
+    path = two_reports(tmp_path)
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        con.execute("ALTER TABLE runs DROP COLUMN lock")  # as schema 1 made it
+        con.execute("PRAGMA user_version = 1")
+    code, out, _ = cli_run("history", "--store", path)
+    assert code == 0 and "r1" in out and "r2" in out, out
+    assert [r["lock"] for r in store.runs(path)] == [None, None]
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == store.SCHEMA_VERSION
+
+
+def test_a_change_of_lock_is_marked_in_the_trend_and_an_unrecorded_one_is_not():
+    differ = "cpu 1a2b3c4d5e6f, 3 packages differ from the lock"
+    line = pd.DataFrame(
+        {"date": pd.date_range("2026-01-01", periods=3), "value": [1.0, 1.1, 1.2],
+         "torch": "2.13", "device": "Test CPU", "allocator": None, "lock": [None, LOCK, differ]}
+    )  # fmt: skip
+    assert [what for _, _, what in trends.changes(line)] == [f"lock {LOCK} -> {differ}"]
+
+
+def test_a_full_disk_is_exit_1_naming_the_store_and_loses_nothing(tmp_path, monkeypatch):
+    path = two_reports(tmp_path)
+    theirs = write_report(tmp_path / "theirs", "t1", 3, repeat=2)
+    connect, before = sqlite3.connect, store.runs(path)
+
+    def full(*args, **kwargs):  # the store cannot grow past the pages it has
+        con = connect(*args, **kwargs)
+        con.execute(f"PRAGMA max_page_count = {con.execute('PRAGMA page_count').fetchone()[0]}")
+        return con
+
+    monkeypatch.setattr(sqlite3, "connect", full)
+    code, out, err = cli_run("history", "--store", path, "--add", theirs)
+    assert code == 1 and not out and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: No space left on device"), err
+    assert store.runs(path) == before

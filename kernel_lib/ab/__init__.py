@@ -40,37 +40,27 @@ from kernel_lib.compare import (
     to_json,
     to_text,
 )  # fmt: skip
+from kernel_lib.compare.command import check_factor
 from kernel_lib.history import store
 from kernel_lib.measure import slowdowns
 from kernel_lib.outdir import locked
 from kernel_lib.params import ROOT, ParameterError, load_plan, parse_override
+from kernel_lib.profiling.pending import notebook_params
 from kernel_lib.writes import refuse_checkout, report_holding, write_text
 
 STORE = ROOT / ".cache" / "ab"  # git-ignored
 STATE = "ab.json"
 DEFAULT_RUNS = 5
+MAX_RUNS = 50  # a side: more is a typo, not a measurement
 IDENTITY = ("a", "b", "platform", "only", "params", "slow_b")  # what --resume must find the same
 MAX_SLOWDOWN = 5.0
 
 
 def _runs(value: str) -> int:
     runs = int(value) if str(value).strip().isdigit() else 0
-    if runs < 1:
-        raise ParameterError(f"--runs must be an integer >= 1, not {value!r}")
+    if not 1 <= runs <= MAX_RUNS:
+        raise ParameterError(f"--runs must be an integer from 1 to {MAX_RUNS}, not {value!r}")
     return runs
-
-
-def _factor(value: str | None) -> float | None:
-    """--factor as a number (None: compare chooses it from the noise floor at hand)."""
-    if value is None:
-        return None
-    try:
-        factor = float(value)
-    except ValueError:
-        factor = 0.0
-    if not factor > 1:
-        raise ParameterError(f"--factor must be a number > 1, not {value!r}")
-    return factor
 
 
 def _slowdown(values: list[str] | tuple[str, ...]) -> str | None:
@@ -246,11 +236,10 @@ def ab(
 ) -> int:
     """The `ab` command (see the module docstring); its exit code. Bad input raises ParameterError
     before anything is made or run."""
-    state = {"runs": _runs(runs), "factor": _factor(factor), "slow_b": _slowdown(slow_b)}
+    state = {"runs": _runs(runs), "factor": check_factor(factor), "slow_b": _slowdown(slow_b)}
     names = [n.strip() for n in only.split(",") if n.strip()] if only is not None else None
-    plan = load_plan(
-        platform, overrides=dict(parse_override(p) for p in params), only=names, here=True
-    )
+    overrides = dict(parse_override(p) for p in notebook_params(params))  # runs get its profile
+    plan = load_plan(platform, overrides=overrides, only=names, here=True)
     commits = {"A": resolve(ROOT, rev_a, "REV_A"), "B": resolve(ROOT, rev_b, "REV_B")}
     _check_sides(commits, plan.platform, names)
     identity = {"a": commits["A"], "b": commits["B"], "platform": plan.platform}

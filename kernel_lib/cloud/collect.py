@@ -2,32 +2,37 @@
 outputs/<platform>/, then those reports and the gallery rebuilt from their records, as
 `python -m kernel_lib report` does. Only reports are replaced, each staged and swapped in
 (kernel_lib.outdir.install), and only a gallery's index.html: everything is checked before
-anything is copied."""
+anything is copied. A report holding a symbolic link, a FIFO or a device is refused (one line
+naming it, exit 2): a report is never copied through a link."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
 
-from kernel_lib.cloud.tasks import BUCKET_SCHEMES
+from kernel_lib.cloud.tasks import BUCKET_SCHEMES, check_bucket
 from kernel_lib.history.store import remember
 from kernel_lib.outdir import check_out, install
 from kernel_lib.params import ParameterError
 from kernel_lib.report.gallery import build_gallery, check_gallery
 from kernel_lib.report.pages import rebuild_reports
 from kernel_lib.report.read import report_folders
+from kernel_lib.reportfiles import refuse_special
 
 
 def download(bucket: str, folder: Path) -> None:
-    """Copy `bucket` (gs:// or s3://) into `folder` with the command SkyPilot itself uses (gsutil
-    rsync or aws s3 sync, installing gsutil if it is missing)."""
+    """Copy `bucket` (gs:// or s3://, checked: `tasks.check_bucket`) into `folder` with the command
+    SkyPilot itself uses (gsutil rsync or aws s3 sync, installing gsutil if it is missing), both
+    quoted: SkyPilot puts them into its shell line as they are."""
     from kernel_lib.cloud.jobs import require_sky  # SkyPilot: optional
 
     require_sky()
     from sky import cloud_stores
 
-    command = cloud_stores.get_storage_from_path(bucket).make_sync_dir_command(bucket, str(folder))
+    storage = cloud_stores.get_storage_from_path(bucket)
+    command = storage.make_sync_dir_command(shlex.quote(bucket), shlex.quote(str(folder)))
     if subprocess.run(["bash", "-c", command]).returncode != 0:
         raise ParameterError(f"could not copy {bucket} (see the error above): {command}")
 
@@ -46,7 +51,7 @@ def collect(
     with tempfile.TemporaryDirectory(prefix="kernel-workbook-collect-") as tmp:
         if source.startswith(BUCKET_SCHEMES):
             folder = Path(tmp)
-            download(source, folder)
+            download(check_bucket(source, "source"), folder)
         else:
             folder = Path(source)
             if not folder.is_dir():
@@ -57,7 +62,8 @@ def collect(
         if not reports:
             raise ParameterError(f"no finished report (<platform>/run.json) in {source}")
         targets = [outputs.resolve() / report.name for report in reports]
-        for target in targets:
+        for report, target in zip(reports, targets):
+            refuse_special(report)  # a link or a FIFO in a report: refused, nothing copied
             check_out(target)
         for report, target in zip(reports, targets):
             if target != report.resolve():  # collecting outputs/ itself: nothing to copy

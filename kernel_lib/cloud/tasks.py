@@ -17,6 +17,13 @@ from kernel_lib.params import ROOT, ParameterError, load_plan
 
 RESULTS = "/results"  # where the bucket is mounted on the VM
 BUCKET_SCHEMES = ("gs://", "s3://")
+# A bucket URL goes into shell lines that SkyPilot builds without quoting it (its mount and sync
+# commands): a scheme above, a bucket name (GCS and S3: lowercase letters, digits, '.', '_', '-'),
+# a path of letters, digits, '.', '_', '-' and '/', and nothing a shell reads specially.
+BUCKET_URL = re.compile(
+    "(?:" + "|".join(map(re.escape, BUCKET_SCHEMES)) + r")[a-z0-9](?:[a-z0-9._-]{0,220}[a-z0-9])?"
+    r"(?:/[A-Za-z0-9._/-]*)?"
+)
 JOB_PREFIX = "kernel-workbook-"  # managed job name: JOB_PREFIX + platform
 # A platform name goes into a job name, the VM's environment and make's command line (whose
 # recipes put $(PLATFORM) into shell lines unquoted): nothing a shell or make reads specially.
@@ -98,10 +105,15 @@ def target(platform: str) -> CloudTarget:
     return TARGETS.get(platform, CPU_VM)
 
 
-def check_bucket(bucket: str) -> str:
-    if not bucket.startswith(BUCKET_SCHEMES) or len(bucket.split("://", 1)[1].strip("/")) == 0:
+def check_bucket(bucket: str, option: str = "--bucket") -> str:
+    """`bucket` without a trailing '/', when it is a bucket URL (`BUCKET_URL`); ParameterError
+    naming `option` (the parameter that gave it) otherwise."""
+    if not BUCKET_URL.fullmatch(bucket):
         raise ParameterError(
-            f"--bucket {bucket!r} must be a bucket URL starting with {' or '.join(BUCKET_SCHEMES)}"
+            f"{option} {short_repr(bucket)} must be a bucket URL "
+            f"{' or '.join(s + 'BUCKET[/PATH]' for s in BUCKET_SCHEMES)}: a bucket name of "
+            "lowercase letters, digits, '.', '_' and '-', a path of letters, digits, '.', '_', "
+            "'-' and '/'"
         )
     return bucket.rstrip("/")
 

@@ -5,18 +5,37 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
 from kernel_lib.compare import verdict
-from kernel_lib.compare.comparison import compare_folders
+from kernel_lib.compare.comparison import compare_runs
 from kernel_lib.compare.noise import read_noise_floor
 from kernel_lib.compare.render import to_html, to_json, to_text
-from kernel_lib.compare.runs import CompareError
+from kernel_lib.compare.runs import CompareError, Run, load_side
 from kernel_lib.compare.verdict import DEFAULT_FACTOR, RESOLVED_RUNS
 from kernel_lib.params import ParameterError
 from kernel_lib.writes import output_file, write_text
+
+MAX_FACTOR = 10.0  # a change past 10x needs no statistics to be seen: a larger factor is a typo
+
+
+def check_factor(value: str | float | None) -> float | None:
+    """--factor (of `compare` and `ab`) as a number > 1 and at most MAX_FACTOR (None: chosen when
+    compared); CompareError (one line) otherwise."""
+    if value is None:
+        return None
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = math.nan
+    if not 1 < factor <= MAX_FACTOR:
+        raise CompareError(
+            f"--factor must be a number > 1 and at most {MAX_FACTOR:g}, not {str(value)!r}"
+        )
+    return factor
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,9 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("folders", nargs="*", help="report folders of this side")
     parser.add_argument(
         "--factor",
-        type=float,
-        help=f"default: from --noise-floor when it was measured on this platform and device at >= "
-        f"{RESOLVED_RUNS} runs a side, else {DEFAULT_FACTOR}",
+        help=f"> 1, at most {MAX_FACTOR:g}; default: from --noise-floor when it was measured on "
+        f"this platform and device at >= {RESOLVED_RUNS} runs a side, else {DEFAULT_FACTOR}",
     )
     parser.add_argument(
         "--noise-floor",
@@ -73,9 +91,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("factor", "html", "noise_floor"):
         value = getattr(right, name) if getattr(right, name) is not None else getattr(left, name)
         setattr(merged, name, value)
+    merged.factor = check_factor(merged.factor)
     merged.json = left.json or right.json
     merged.all = left.all or right.all
     return merged
+
+
+def _identity(run: Run) -> str:
+    """One run, however a side names it (a folder, or the results store's name for it): its
+    folder and run id (the store keeps the folder it read a run from)."""
+    return f"run {run.run_id or '?'} of {Path(run.folder).resolve()}"
+
+
+def refuse_self(a: list[Run], b: list[Run]) -> None:
+    """CompareError when a run is on both sides (a folder, and the store's name for it): it
+    would be compared with itself."""
+    shared = {_identity(run) for run in a} & {_identity(run) for run in b}
+    if shared:
+        raise CompareError(
+            f"A and B both hold {min(shared)}: a run compared with itself (two runs of one "
+            "revision, an A/A, is `python -m kernel_lib ab REV REV`)"
+        )
 
 
 def cli(argv: list[str]) -> int:
@@ -91,7 +127,9 @@ def cli(argv: list[str]) -> int:
                 "revision, an A/A, is `python -m kernel_lib ab REV REV`)"
             )
         floor = read_noise_floor(args.noise_floor) if args.noise_floor else None
-        comparison = compare_folders(args.a, args.b, factor=args.factor, noise_floor=floor)
+        a, b = load_side(args.a), load_side(args.b)
+        refuse_self(a, b)
+        comparison = compare_runs(a, b, factor=args.factor, noise_floor=floor)
     except ParameterError as err:  # a CompareError, or a damaged report file
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -20,6 +20,14 @@ def _only_counts(c: Comparison) -> tuple[int, int]:
 
 def _header(c: Comparison) -> list[str]:
     lines = [f"A: {run.describe()}" for run in c.a] + [f"B: {run.describe()}" for run in c.b]
+    locks = {
+        side: {r.lock or "no lock named" for r in runs} for side, runs in (("A", c.a), ("B", c.b))
+    }
+    if locks["A"] != locks["B"] or len(locks["A"]) > 1:
+        lines.append(
+            f"Environment changed: A ran under {', '.join(sorted(locks['A']))}; B under "
+            f"{', '.join(sorted(locks['B']))}: a difference may come from the packages."
+        )
     if c.cross_platform:
         only_a, only_b = _only_counts(c)
         lines.append(
@@ -142,6 +150,7 @@ def to_json(c: Comparison) -> dict:
             "device": r.device,
             "run_id": r.run_id,
             "git": r.git,
+            "lock": r.lock,
             "stale_left_out": list(r.stale),
         }
 

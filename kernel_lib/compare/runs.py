@@ -31,11 +31,14 @@ class Run:
     records: dict[str, dict] = field(repr=False)
     stale: tuple[str, ...] = ()  # notebooks left out: the report kept an earlier run's records
     busy: str = ""  # why its timings shared a busy machine (run.json's notebooks), '' if quiet
+    lock: str | None = None  # the environment that measured it (kernel_lib.locks.LockState.label)
 
     def describe(self) -> str:
         parts = [str(self.folder), self.platform or "?", self.device or "?"]
         if self.git:
             parts.append(f"git {self.git}")
+        if self.lock:
+            parts.append(f"lock {self.lock}")
         text = " · ".join(parts) + (f" · BUSY ({self.busy})" if self.busy else "")
         return text + (f" (left out, stale: {', '.join(self.stale)})" if self.stale else "")
 
@@ -77,9 +80,12 @@ def run_folders(folder: str | Path) -> list[Path]:
 
 def load_run(folder: str | Path) -> Run:
     """One run's records (from every `*.results.json`) and identity (from `run.json` where
-    present, else from the records); ParameterError naming a damaged file."""
+    present, else from the records); ParameterError naming a damaged file, or one that is a link,
+    a FIFO or a device (`reportfiles.regular_bytes`)."""
     folder = Path(folder)
-    meta = read_run(folder / "run.json") if (folder / "run.json").exists() else {}
+    run_json = folder / "run.json"
+    present = run_json.exists() or run_json.is_symlink()  # a link, even a dangling one: refused
+    meta = read_run(run_json) if present else {}
     stale = tuple(nb["notebook"] for nb in meta.get("notebooks", []) if nb.get("stale_results"))
     records: dict[str, dict] = {}
     for path in sorted(folder.glob(f"*{RESULTS_SUFFIX}")):
@@ -89,6 +95,7 @@ def load_run(folder: str | Path) -> Run:
             records[match_key(row)] = row
     devices = Counter(r.get("device") for r in records.values() if r.get("device"))
     platforms = Counter(r.get("platform") for r in records.values() if r.get("platform"))
+    locks = Counter(r.get("lock") for r in records.values() if r.get("lock"))
     env = meta.get("environment") or {}
     return Run(
         folder=folder,
@@ -99,6 +106,7 @@ def load_run(folder: str | Path) -> Run:
         records=records,
         stale=stale,
         busy=busy_of(meta),
+        lock=env.get("lock") or (locks.most_common(1)[0][0] if locks else None),
     )
 
 
@@ -118,6 +126,7 @@ def stored_runs(path: Path, rows: list[dict]) -> list[Run]:
             git=r["git"],
             records=by_run[r["run_id"]],
             busy=busy_of(json.loads(r["run_json"])),
+            lock=r.get("lock"),
         )
         for r in rows
     ]

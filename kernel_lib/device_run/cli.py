@@ -3,11 +3,14 @@ papermill yet: a GPU report within one short command on a host whose image holds
 package index. It checks its input (checks.py), installs the carried wheels (once), runs the
 preflight, then each notebook of the platform's quick plan within its share of the budget
 (budget.py), and archives the report to copy back after every notebook and at the end, whatever
-ends it (an error, Ctrl-C, SIGTERM); one line per step with the time spent and the time left.
+ends it (an error, Ctrl-C, SIGTERM), once a notebook of this run is in it (an earlier run's report
+at --out is not sent back as this one's); one line per step with the time spent and the time
+left.
 
 Exit codes: 0 every notebook ok or skipped; 1 a notebook failed, was stopped or not started, the
-install failed, or (--dry-run) the wheels would not install on the host; 2 bad input; 130 Ctrl-C
-or SIGTERM (the running step stopped, the report archived).
+install failed, or (--dry-run) the wheels would not install on the host; 2 bad input (an option,
+a -p, a damaged wheel: nothing run); 130 Ctrl-C or SIGTERM (the running step stopped, the report
+archived).
 """
 
 from __future__ import annotations
@@ -17,10 +20,8 @@ import functools
 import io
 import json
 import os
-import signal
 import sys
 import tarfile
-import threading
 import time
 from pathlib import Path
 
@@ -36,11 +37,14 @@ from kernel_lib.device_run.checks import (
     params_by_notebook,
     plan_notebooks,
 )
+from kernel_lib.interrupts import terminate_as_interrupt
 from kernel_lib.params import ParameterError  # papermill only when used
+from kernel_lib.profiling.pending import notebook_params
 
 ROOT = wheels.ROOT
 REHEARSALS = ROOT / ".cache" / "device-run"  # --dry-run's report folders, never outputs/
 DEFAULT_BUDGET_S = 540.0  # one 9-minute command under a 10-minute limit
+MAX_BUDGET_S = 4 * 3600.0  # a short window on a host; a longer stay is `make report` there
 SETUP_S = 120.0  # at most, each: the pip install, the kernel registration, the platform detection
 PREFLIGHT_S = 60.0
 SETUP_ESTIMATE_S = 75.0  # --plan-only: detection, install, kernel and preflight, on a warm host
@@ -205,10 +209,22 @@ def write_archive(report: Path, path: Path, log: list[str]) -> Path:
     return path
 
 
-def archive(progress: Progress, report: Path, path: Path) -> None:
-    """The archive of `report` so far (nothing before its first notebook has run); a failure to
-    write it is a line, and the plan goes on."""
-    if not (report / "run.json").exists():
+def made(report: Path) -> tuple | None:
+    """Which run.json `report` holds (None: none): each run the runner swaps in has its own."""
+    try:
+        stat = (report / "run.json").stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def archive(progress: Progress, report: Path, path: Path, before: tuple | None) -> None:
+    """The archive of `report` so far, once a notebook of this run is in it (its run.json is not
+    the one `before` it, `made`: an earlier run's report is not this run's to send back); a
+    failure to write it is a line, and the plan goes on."""
+    if made(report) in (None, before):
+        if before is not None:
+            progress.step(f"archive: none, no notebook of this run is in {_display(report)} yet")
         return
     progress.step(f"archive: {_display(path.resolve())}")
     try:
@@ -224,24 +240,16 @@ def _display(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def _terminated(signum, frame):
-    raise KeyboardInterrupt("SIGTERM")
-
-
 def cmd_device_run(args) -> int:
-    main_thread = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
-        return _device_plan(args)
+        with terminate_as_interrupt():
+            return _device_plan(args)
     except ParameterError as err:  # a DeviceRunError, or a platform that is not a parameter file
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # the step running was stopped (budget.run_bounded)
         print(f"interrupted{f' ({err})' if str(err) else ''}", file=sys.stderr)
         return 130
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, before)
 
 
 def plan_shares(progress: Progress, notebooks: list[str]) -> None:
@@ -259,17 +267,32 @@ def plan_shares(progress: Progress, notebooks: list[str]) -> None:
         progress.child(f"{notebook}: {limit:.0f} s{note}")
 
 
+def check_wheel_files(source: Path) -> None:
+    """DeviceRunError (one line naming it) for a file in `source` that is no wheel (damaged,
+    cut short, without its METADATA); `make device-wheels` downloads them again."""
+    found = sorted(source.glob("*.whl"))
+    if not found:
+        raise DeviceRunError(f"--wheels {_display(source)}: no wheels there (make device-wheels)")
+    for wheel in found:
+        try:
+            wheels.wheel_metadata(wheel)
+        except ValueError as err:
+            raise DeviceRunError(f"--wheels: {err} (make device-wheels)") from None
+
+
 def _device_plan(args) -> int:
-    if not args.budget_s > 0:
-        raise DeviceRunError(f"--budget-s {args.budget_s} must be > 0")
+    if not 0 < args.budget_s <= MAX_BUDGET_S:
+        raise DeviceRunError(
+            f"--budget-s {args.budget_s:g} must be > 0 and at most {MAX_BUDGET_S:.0f} (4 h)"
+        )
+    params = notebook_params(args.param)  # -p profile=MODE: the runs' $KERNEL_WORKBOOK_PROFILE
     source = Path(args.wheels).resolve() if args.wheels else ROOT / ".whl" / "device"
     target = Path(args.target).resolve() if args.target else ROOT / ".cache" / "device-site"
-    if not any(source.glob("*.whl")):
-        raise DeviceRunError(f"--wheels {_display(source)}: no wheels there (make device-wheels)")
+    check_wheel_files(source)
     out = check_out(Path(args.out).resolve()) if args.out else None
     path = check_archive(Path(args.archive).resolve()) if args.archive else None
     if args.platform:  # a bad name, --only or -p before anything runs
-        check_params(args.platform, plan_notebooks(args.platform, args.only), args.param)
+        check_params(args.platform, plan_notebooks(args.platform, args.only), params)
     progress = Progress(args.budget_s)
     env = {
         **os.environ,
@@ -282,22 +305,24 @@ def _device_plan(args) -> int:
     platform = args.platform or quick_platform(progress, env)  # needs torch only, no wheel
     notebooks = plan_notebooks(platform, args.only)
     if not args.platform:
-        check_params(platform, notebooks, args.param)
+        check_params(platform, notebooks, params)
     if args.plan_only:
         plan_shares(progress, notebooks)
         return 0
     out = out or check_out((REHEARSALS if args.dry_run else OUTPUTS) / platform)
     default = Path(os.environ.get("OUT") or out.parent) / f"{out.name}.tar.gz"
     path = path or check_archive(default.resolve())
+    before = made(out)
+    plan = (platform, notebooks, params, out, path, before)
     try:
-        return _steps(args, progress, source, target, env, (platform, notebooks, out, path))
+        return _steps(args, progress, source, target, env, plan)
     finally:  # whatever ended it: what the notebooks finished goes back
-        archive(progress, out, path)
+        archive(progress, out, path, before)
 
 
 def _steps(args, progress, source, target, env, plan) -> int:
     """Install, kernel, preflight and the notebooks (archived after each), checked already."""
-    platform, notebooks, out, path = plan
+    platform, notebooks, params, out, path, before = plan
     wheels_ok = install(progress, source, target, dry_run=args.dry_run, env=env)
     if not wheels_ok and not args.dry_run:
         return 1
@@ -313,8 +338,8 @@ def _steps(args, progress, source, target, env, plan) -> int:
     failed = sum(line.split()[1:2] == ["error:"] for line in preflight.lines)  # `item error: ...`
     crashed = f"exit {preflight.returncode}" if preflight.returncode and not failed else ""
     progress.step(f"preflight: {_failed(preflight) or crashed or f'{failed} items failed'}")
-    after = functools.partial(archive, progress, out, path)
-    statuses = run_notebooks(progress, platform, notebooks, out, args.param, env, after)
+    after = functools.partial(archive, progress, out, path, before)
+    statuses = run_notebooks(progress, platform, notebooks, out, params, env, after)
     done = sum(status.split(":")[0] in DONE for status in statuses.values())
     progress.step(
         f"done: {done} of {len(statuses)} notebooks ran to their end, report {_display(out)}"
@@ -348,7 +373,8 @@ def arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--budget-s",
         type=float,
         default=DEFAULT_BUDGET_S,
-        help="seconds for everything, install to archive (default: %(default)s)",
+        help="seconds for everything, install to archive (default: %(default)s; at most "
+        f"{MAX_BUDGET_S:.0f})",
     )
     parser.add_argument(
         "-p",

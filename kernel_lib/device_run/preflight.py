@@ -23,7 +23,7 @@ from kernel_lib.platform import detect_platform, device_facts
 # The topics' modules are imported inside the items that use them: one that fails to import on
 # this torch is that item's error line, not the end of the preflight.
 TINY_TOLERANCE = 2e-2  # bf16 outputs of the tiny checks: a few ulps of 2**-8 relative
-# What the notebooks import from the host's image (requirements-device.txt carries the rest).
+# What the notebooks import from the host's image (locks/device.txt carries the rest).
 IMAGE_MODULES = ("pandas", "matplotlib", "numpy", "yaml", "psutil", "jinja2", "tqdm", "tabulate")
 # Inductor's switch for correctly rounded division in Triton, as torch versions spell it.
 DIVISION_KEYS = ("eager_numerics.division_rounding", "emulate_divison_rounding")

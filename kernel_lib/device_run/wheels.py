@@ -1,21 +1,22 @@
-"""The wheels a GPU host lacks (requirements-device.txt): pip's offline install into a target
-folder (once: a stamp), the project's Jupyter kernel registered there, the variables that put
-both in reach, and the check that the wheel set needs nothing the host's image does not hold."""
+"""The wheels a GPU host lacks (locks/device.txt): pip's offline install into a target folder
+(once: a stamp), the project's Jupyter kernel registered there, the variables that put both in
+reach, and the check that the wheel set needs nothing the host's image does not hold."""
 
 from __future__ import annotations
 
 import email.parser
 import json
-import re
 import zipfile
+import zlib
 from collections import defaultdict
 from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from kernel_lib import ROOT
+from kernel_lib.locks import LOCKS, canonical, read_lock
 
-REQUIREMENTS = ROOT / "requirements-device.txt"
+REQUIREMENTS = ROOT / LOCKS["device"].path  # their closure, each wheel with its hashes
 STAMP = ".installed.json"
 KERNEL_NAME = "kernel-workbook"  # run.execute.KERNEL_NAME (it imports papermill, installed here)
 # The GPU host's Python and platform: device.mk's `pip download` tags and the markers that pick
@@ -34,42 +35,17 @@ HOST_MARKERS = {
     "platform_machine": "x86_64",
     "os_name": "posix",
 }
-# What the wheels need that the host's image (torch's CUDA image, its own pip list) holds already.
-IMAGE_PROVIDES = frozenset(
-    {
-        "aiohttp",  # papermill on Python 3.12
-        "attrs",
-        "click",
-        "coverage",
-        "jinja2",
-        "markupsafe",
-        "packaging",
-        "psutil",
-        "pygments",
-        "pytest",
-        "python-dateutil",
-        "pyyaml",
-        "requests",
-        "tqdm",
-        "typing-extensions",
-    }
-)
 
 
-def canonical(name: str) -> str:
-    """A distribution name as pip compares them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def image_provides(path: Path = ROOT / LOCKS["device"].excludes) -> frozenset[str]:
+    """What the host's image holds already (requirements-device-image.txt), left out of the lock."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return frozenset(canonical(line) for line in lines if line)
 
 
 def pins(path: Path = REQUIREMENTS) -> dict[str, str]:
-    """name -> version of each `name==version` line (comments and blanks skipped)."""
-    found = {}
-    for line in path.read_text().splitlines():
-        spec = line.split("#", 1)[0].strip()
-        if spec:
-            name, _, version = spec.partition("==")
-            found[canonical(name)] = version.strip()
-    return found
+    """name -> version of each wheel the lock pins."""
+    return {name: pin.version for name, pin in read_lock(path).items()}
 
 
 def install_command(wheels: Path, target: Path, *, python: str, dry_run: bool) -> list[str]:
@@ -128,10 +104,17 @@ def environment(target: Path, environ: dict, *, on_path: bool) -> dict:
 
 
 def wheel_metadata(wheel: Path) -> tuple[str, str, list[str]]:
-    """(name, version, Requires-Dist lines) from a wheel's METADATA."""
-    with zipfile.ZipFile(wheel) as archive:
-        member = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        meta = email.parser.BytesParser().parsebytes(archive.read(member))
+    """(name, version, Requires-Dist lines) from a wheel's METADATA; ValueError naming the wheel
+    when it is no readable wheel (damaged, cut short, without a METADATA naming it)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            member = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            meta = email.parser.BytesParser().parsebytes(archive.read(member))
+    except (OSError, EOFError, StopIteration, zipfile.BadZipFile, zlib.error) as err:
+        why = "no .dist-info/METADATA" if isinstance(err, StopIteration) else err
+        raise ValueError(f"{wheel.name} is not a readable wheel ({why})") from None
+    if not meta["Name"] or not meta["Version"]:
+        raise ValueError(f"{wheel.name} is not a readable wheel (no Name or Version in METADATA)")
     return meta["Name"], meta["Version"], meta.get_all("Requires-Dist") or []
 
 
@@ -175,6 +158,6 @@ def check_wheels(wheels: Path) -> list[str]:
         for name, version in pins().items()
         if found.get(name, (None,))[0] != version
     ]
-    available = {**dict.fromkeys(IMAGE_PROVIDES), **{n: v for n, (v, _) in found.items()}}
+    available = {**dict.fromkeys(image_provides()), **{n: v for n, (v, _) in found.items()}}
     requires = {name: lines for name, (_, lines) in found.items()}
     return problems + unmet(requires, available, HOST_MARKERS)

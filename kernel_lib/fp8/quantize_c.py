@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from kernel_lib import c_kernels
+from kernel_lib.c_kernels import check_tensor
 from kernel_lib.fp8.formats import Fp8Format, format_info, fp8_format
 from kernel_lib.fp8.quantize import Fp8Tensor
 from kernel_lib.fp8.quantize_compiled import CastConstants, cast_constants, output_for
@@ -53,18 +54,15 @@ def c_quantize(
     out: torch.Tensor | None = None,
 ) -> Fp8Tensor:
     """Dynamic tensorwise or rowwise quantize of a contiguous fp32 CPU x (..., K), on torch's
-    thread count; NaN/inf come back as NaN. `out`: a preallocated FP8 tensor of x's shape to
-    write into. Raises ValueError on other inputs, Unsupported where the kernel cannot be built."""
+    thread count; NaN/inf come back as NaN. `out`: a preallocated contiguous FP8 CPU tensor of
+    x's shape to write into. Raises ValueError on other inputs (TypeError on a non-tensor),
+    Unsupported where the kernel cannot be built."""
     fmt = fp8_format(fmt)
     info = format_info(fmt)
-    if x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
-        raise ValueError(
-            f"x must be a contiguous float32 CPU tensor, got {x.dtype} on {x.device}"
-            + ("" if x.is_contiguous() else ", not contiguous")
-        )
+    check_tensor("x", x, torch.float32)
+    if out is not None:  # the C code writes x.numel() bytes through out's pointer
+        check_tensor("out", out, info.dtype, tuple(x.shape))
     out = output_for(x, fmt, out, granularity)
-    if not out.is_contiguous():
-        raise ValueError("out must be contiguous")
     if granularity == "rowwise" and x.dim() == 0:
         raise ValueError("rowwise scaling needs x with at least one dim")
     if (x.shape[-1] if granularity == "rowwise" else x.numel()) == 0:

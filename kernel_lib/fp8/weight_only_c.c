@@ -127,21 +127,28 @@ static void all_rows(const float *x, int64_t kp, int64_t m, const float *wbuf, i
   }
 }
 
-/* w8a16_linear in fp32 FMAs, for any vector ISA */
-__attribute__((unused)) static void w8a16_fp32(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
+/* w8a16_linear in fp32 FMAs, for any vector ISA; 1 where a buffer could not be allocated */
+__attribute__((unused)) static int w8a16_fp32(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
                   const float *channel_scale, const float *block_scale, uint16_t *out,
                   int threads) {
   const int64_t kp = (k + V - 1) / V * V;
   const int64_t tiles = (n + NR - 1) / NR, kb = (k + BLOCK - 1) / BLOCK;
   float *xf = aligned_alloc(64, sizeof(float) * (m * kp + V));
+  if (!xf) return 1;
+  int failed = 0;
   for (int64_t i = 0; i < m; ++i) /* before the threads start: one barrier a call, at the end */
     for (int64_t j = 0; j < kp; ++j) xf[i * kp + j] = j < k ? bf16_to_f32(x[i * k + j]) : 0.f;
 #pragma omp parallel num_threads(threads)
   {
     float *wbuf = aligned_alloc(64, sizeof(float) * NR * KC);
     float *acc = aligned_alloc(64, sizeof(float) * (m * NR + V));
+    if (!wbuf || !acc) {
+#pragma omp atomic write
+      failed = 1;
+    }
 #pragma omp for schedule(static) nowait
     for (int64_t t = 0; t < tiles; ++t) {
+      if (!wbuf || !acc) continue; /* the loop is shared: this thread's tiles go undone */
       const int64_t n0 = t * NR, rows = n - n0 < NR ? n - n0 : NR;
       memset(acc, 0, sizeof(float) * m * NR);
       for (int64_t k0 = 0; k0 < k; k0 += KC) {
@@ -167,6 +174,7 @@ __attribute__((unused)) static void w8a16_fp32(const uint16_t *x, int64_t m, int
     free(wbuf), free(acc);
   }
   free(xf);
+  return failed;
 }
 
 #if defined(__AVX512VBMI__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
@@ -280,13 +288,15 @@ static void rows_pass(int mr, int direct, int blocked, const uint16_t *xp, int64
 #undef ROWS
 }
 
-static void w8a16_bf16(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
+static int w8a16_bf16(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
                        const float *channel_scale, const float *block_scale, uint16_t *out,
                        int threads) {
   const int64_t kp = (k + C - 1) / C * C, tiles = (n + NB - 1) / NB, kb = (k + BLOCK - 1) / BLOCK;
   const tables t = bf16_tables();
   const int blocked = block_scale != NULL, rows = blocked ? MB / 2 : MB, direct = m <= rows;
   uint16_t *xp = aligned_alloc(64, sizeof(uint16_t) * m * kp);
+  if (!xp) return 1;
+  int failed = 0;
   for (int64_t i = 0; i < m; ++i) /* before the threads start: one barrier a call, at the end */
     for (int64_t j = 0; j < kp; ++j) {
       const int64_t c = j / C * C, q = j % C, h = q / 32, l = q % 32;
@@ -296,8 +306,13 @@ static void w8a16_bf16(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w
 #pragma omp parallel num_threads(threads)
   {
     uint16_t *wbuf = direct ? NULL : aligned_alloc(64, sizeof(uint16_t) * NB * kp);
+    if (!direct && !wbuf) {
+#pragma omp atomic write
+      failed = 1;
+    }
 #pragma omp for schedule(static) nowait
     for (int64_t tile = 0; tile < tiles; ++tile) {
+      if (!direct && !wbuf) continue; /* the loop is shared: this thread's tiles go undone */
       const int64_t n0 = tile * NB, nr = n - n0 < NB ? n - n0 : NB;
       if (!direct)
         for (int r = 0; r < NB; ++r)
@@ -316,6 +331,7 @@ static void w8a16_bf16(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w
     free(wbuf);
   }
   free(xp);
+  return failed;
 }
 #endif
 
@@ -334,14 +350,15 @@ int weight_only_isa(void) {
 }
 
 /* out (m, n) bf16 = x (m, k) bf16 @ (w (n, k) e4m3fn * scales).T: channel_scale (n) or
- * block_scale (ceil(n/128), ceil(k/128)), the other NULL; on `threads` threads */
-void w8a16_linear(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
+ * block_scale (ceil(n/128), ceil(k/128)), the other NULL; on `threads` threads. Returns 0, or 1
+ * where a buffer could not be allocated (out is then incomplete). */
+int w8a16_linear(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
                   const float *channel_scale, const float *block_scale, uint16_t *out,
                   int threads) {
 #if defined(BF16_PATH)
-  w8a16_bf16(x, m, k, w, n, channel_scale, block_scale, out, threads);
+  return w8a16_bf16(x, m, k, w, n, channel_scale, block_scale, out, threads);
 #else
-  w8a16_fp32(x, m, k, w, n, channel_scale, block_scale, out, threads);
+  return w8a16_fp32(x, m, k, w, n, channel_scale, block_scale, out, threads);
 #endif
 }
 

@@ -5,7 +5,9 @@ inside a GEMM whose threads own tiles of output channels, streaming the FP8 weig
 for prefill, where the GEMM's arithmetic outweighs the weight's bytes. The same source compiles
 to AVX-512 or AVX2 vectors, and where the CPU has AVX512-VBMI and -BF16 to byte lookups and bf16
 dot products (`isa`). Built and cached per CPU by kernel_lib.c_kernels;
-without a compiler that builds it, both raise kernel_lib.checks.Unsupported (a skipped record)."""
+without a compiler that builds it, both raise kernel_lib.checks.Unsupported (a skipped record).
+Every operand the C code reads through a pointer is checked first (`_checked_weight`, `_checked`):
+a bad one is one ValueError or TypeError naming it, a buffer C cannot allocate a MemoryError."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from kernel_lib import c_kernels
-from kernel_lib.fp8.weight_only import Fp8Weight
+from kernel_lib.c_kernels import check_tensor
+from kernel_lib.fp8.scaling import BLOCK
+from kernel_lib.fp8.weight_only import SCALINGS, Fp8Weight
 
 SOURCE = Path(__file__).with_name("weight_only_c.c")
 
@@ -27,7 +31,9 @@ def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(c_kernels.build(SOURCE, "weight_only_c")))
     ptr, i64, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.w8a16_linear.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr, ptr, c_int]
+    lib.w8a16_linear.restype = c_int  # 1: a buffer could not be allocated
     lib.fp8_weight_to_bf16.argtypes = [ptr, i64, i64, ptr, ptr, ptr, c_int]
+    lib.fp8_weight_to_bf16.restype = None
     return lib
 
 
@@ -40,58 +46,78 @@ def isa() -> str:
     return ISAS[_library().weight_only_isa()]
 
 
-def _scales(w: Fp8Weight) -> tuple[int | None, int | None]:
-    """(channel_scale, block_scale) pointers, the other None."""
-    ptr = w.scale_inv.data_ptr()
+def _checked_weight(w: Fp8Weight) -> tuple[int | None, int | None]:
+    """(channel_scale, block_scale) pointers, the other None, once w is what the C code reads:
+    contiguous e4m3fn data (N, K) and float32 scales, (N, 1) or (ceil(N/128), ceil(K/128))."""
+    if not isinstance(w, Fp8Weight):
+        raise TypeError(f"w must be an Fp8Weight, got {type(w).__name__}")
+    if not isinstance(w.scaling, str) or w.scaling not in SCALINGS:
+        raise ValueError(f"w.scaling={w.scaling!r} must be one of {list(SCALINGS)}")
+    n, k = check_tensor("w.data", w.data, torch.float8_e4m3fn, ("N", "K")).shape
+    blocks = (n, 1) if w.scaling == "channel" else (-(-n // BLOCK), -(-k // BLOCK))
+    ptr = check_tensor("w.scale_inv", w.scale_inv, torch.float32, blocks).data_ptr()
     return (ptr, None) if w.scaling == "channel" else (None, ptr)
 
 
-def _checked(x: torch.Tensor, w: Fp8Weight) -> None:
-    if x.dtype != torch.bfloat16 or x.device.type != "cpu" or x.dim() != 2:
-        raise ValueError(f"x must be a 2-D bfloat16 CPU tensor, got {x.dtype} {tuple(x.shape)}")
-    if w.data.dtype != torch.float8_e4m3fn or x.shape[1] != w.data.shape[1]:
-        raise ValueError(
-            f"w must be e4m3fn (N, K={x.shape[1]}), got {w.data.dtype} {tuple(w.data.shape)}"
-        )
-    if not (w.data.is_contiguous() and w.scale_inv.dtype == torch.float32):
-        raise ValueError("w.data must be contiguous and w.scale_inv float32")
+def _checked(x: torch.Tensor, w: Fp8Weight) -> tuple[int | None, int | None]:
+    """_checked_weight's pointers, once x is a bf16 (M, K) CPU tensor of w's K too."""
+    scales = _checked_weight(w)
+    check_tensor("x", x, torch.bfloat16, ("M", "K"), contiguous=False)
+    if x.shape[1] != w.data.shape[1]:
+        raise ValueError(f"x has K={x.shape[1]} columns, w.data (N, K) K={w.data.shape[1]}")
+    return scales
+
+
+def _out(name: str, out: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
+    """`out` checked as a contiguous bf16 CPU tensor of `shape`, or a new one."""
+    if out is None:
+        return torch.empty(shape, dtype=torch.bfloat16)
+    return check_tensor(name, out, torch.bfloat16, tuple(shape))
 
 
 def c_w8a16_linear(x: torch.Tensor, w: Fp8Weight) -> torch.Tensor:
     """x (M, K) bf16 @ (W (N, K) e4m3fn * scale_inv)^T -> (M, N) bf16, fp32 accumulation, one
-    rounding to bf16, on torch's thread count. Raises Unsupported where it cannot be built."""
-    _checked(x, w)
+    rounding to bf16, on torch's thread count. Raises ValueError/TypeError on a bad operand,
+    MemoryError where the kernel's buffers do not fit, Unsupported where it cannot be built."""
+    channel, block = _checked(x, w)
     lib = _library()
-    x = x.contiguous()
     (m, k), n = x.shape, w.data.shape[0]
+    if x.numel() == 0 or n == 0:  # no row, column or product to read: the empty sum
+        return torch.zeros(m, n, dtype=torch.bfloat16)
+    x = x.contiguous()
     out = torch.empty(m, n, dtype=torch.bfloat16)
-    channel, block = _scales(w)
     threads = torch.get_num_threads()
-    lib.w8a16_linear(
+    failed = lib.w8a16_linear(
         x.data_ptr(), m, k, w.data.data_ptr(), n, channel, block, out.data_ptr(), threads
     )
+    if failed:
+        raise MemoryError(f"c_w8a16_linear: no memory for its buffers at M={m}, K={k}")
+    return out
+
+
+def _dequantize(
+    w: Fp8Weight, scales: tuple[int | None, int | None], out: torch.Tensor
+) -> torch.Tensor:
+    """W into the checked `out`: fp8_weight_to_bf16 of w's checked data and scales."""
+    lib = _library()
+    n, k = w.data.shape
+    threads = torch.get_num_threads()
+    lib.fp8_weight_to_bf16(w.data.data_ptr(), n, k, *scales, out.data_ptr(), threads)
     return out
 
 
 def c_dequantize_weight(w: Fp8Weight, out: torch.Tensor | None = None) -> torch.Tensor:
     """W as bf16 (N, K): data * scale_inv in fp32, rounded once, converted in C; into `out`
-    (a contiguous bf16 (N, K) tensor) where given."""
-    lib = _library()
-    n, k = w.data.shape
-    if out is None:
-        out = torch.empty(n, k, dtype=torch.bfloat16)
-    elif out.shape != (n, k) or out.dtype != torch.bfloat16 or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous bfloat16 ({n}, {k}) tensor")
-    channel, block = _scales(w)
-    threads = torch.get_num_threads()
-    lib.fp8_weight_to_bf16(w.data.data_ptr(), n, k, channel, block, out.data_ptr(), threads)
-    return out
+    (a contiguous bf16 (N, K) CPU tensor) where given. Raises ValueError/TypeError on a bad
+    operand."""
+    scales = _checked_weight(w)
+    return _dequantize(w, scales, _out("out", out, w.data.shape))
 
 
 def c_dequant_linear(
     x: torch.Tensor, w: Fp8Weight, *, workspace: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """W converted to bf16 in C (`c_dequantize_weight`, into `workspace` where given), then
+    """W converted to bf16 in C (as `c_dequantize_weight`, into `workspace` where given), then
     `F.linear`."""
-    _checked(x, w)
-    return F.linear(x, c_dequantize_weight(w, workspace))
+    scales = _checked(x, w)
+    return F.linear(x, _dequantize(w, scales, _out("workspace", workspace, w.data.shape)))

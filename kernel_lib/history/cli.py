@@ -4,20 +4,25 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib import OUTPUTS
+from kernel_lib import OUTPUTS, ab
+from kernel_lib.ab import rounds
 from kernel_lib.compare.noise import read_noise_floor
-from kernel_lib.history import regressions, store
+from kernel_lib.history import rebuild, regressions, store
 from kernel_lib.params import ParameterError
+from kernel_lib.report.aggregate import run_folders
 
-RUN_TABLE = ("run_id", "date", "platform", "device", "git", "torch", "notebooks", "headlines")
+RUN_TABLE = (
+    "run_id", "date", "platform", "device", "git", "torch", "lock", "notebooks", "headlines",
+)  # fmt: skip
 TREND_TABLE = (
-    "date", "run_id", "platform", "device", "git", "torch", "measure", "value", "low", "high",
-    "status", "record_id",
+    "date", "run_id", "platform", "device", "git", "torch", "lock", "measure", "value", "low",
+    "high", "status", "record_id",
 )  # fmt: skip
 
 
@@ -68,14 +73,36 @@ def history_table(path: Path, platform: str | None, key: str | None) -> pd.DataF
     return pd.DataFrame(rows, columns=TREND_TABLE)
 
 
+def added_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
+    """The runs `history --add FOLDER` adds (store.report_runs): a report folder's, or those of
+    an `ab` run (its OUT, .cache/ab/<run>, or one side, <run>/A) as `ab` adds them: one report a
+    side, `ab:<run>/<side>`, a side slowed by --slow-b left out (a test's, not a measurement)."""
+    folder = Path(folder)
+    one_side = folder.name in rounds.SIDES and (folder.parent / ab.STATE).is_file()
+    out, sides = (folder.parent, [folder.name]) if one_side else (folder, rounds.SIDES)
+    if not (out / ab.STATE).is_file():
+        return store.report_runs(folder)
+    try:
+        slowed = json.loads((out / ab.STATE).read_text()).get("slow_b")
+    except (OSError, ValueError, AttributeError):
+        raise ParameterError(f"{out / ab.STATE}: damaged (not the ab.json `ab` writes)") from None
+    kept = [s for s in sides if run_folders(out / s) and not (s == "B" and slowed)]
+    if not kept:
+        why = f"B was slowed by --slow-b {slowed}" if slowed and "B" in sides else "no run"
+        raise ParameterError(f"{folder}: an ab run with no side to add ({why})")
+    return [run for s in kept for run in store.report_runs(out / s, f"ab:{out.name}/{s}")]
+
+
 def cmd_history(args) -> int:
     path = store.store_path(args.store)
     if args.rebuild:
-        ids = store.rebuild(args.outputs, path)
-        print(f"{path}: rebuilt from {args.outputs}: {len(ids)} run(s)")
+        done = rebuild.rebuild(args.outputs, path)
+        kept = f"; {done.kept} run(s) not found there kept" if done.kept else ""
+        before = f"; the store before: {done.backup}" if done.backup else ""
+        print(f"{path}: rebuilt from {args.outputs}: {len(done.added)} run(s){kept}{before}")
         return 0
     if args.add:
-        runs = [store.report_runs(folder) for folder in args.add]  # every folder read first
+        runs = [added_runs(folder) for folder in args.add]  # every folder read first
         for folder, found in zip(args.add, runs):
             print(f"{path}: added {len(store.add_runs(found, path))} run(s) of {folder}")
         return 0
@@ -127,7 +154,10 @@ def add_parsers(subparsers) -> None:
     history.add_argument("--key", help="a headline key: its value in each run")
     history.add_argument("--csv", action="store_true", help="CSV on stdout (for pandas)")
     history.add_argument(
-        "--rebuild", action="store_true", help="rebuild the store from the report folders"
+        "--rebuild",
+        action="store_true",
+        help="add every report folder under --outputs again (the store's other runs kept, the "
+        "store before kept beside it as <name>.<time>.bak)",
     )
     history.add_argument(
         "--outputs", type=Path, default=OUTPUTS, help="where --rebuild reads reports"

@@ -52,8 +52,10 @@ Each line says which factor its verdict used and where it came from (its history
 single-run factor, or compare's: the default, `--factor`, a noise floor).
 
 Exit codes: 1 when a slowdown or loss is confirmed; 0 otherwise, also when a platform has no
-earlier run on its device to compare with (a fresh VM's first cron run is not an alarm; one line
-says so); 2 for bad input (a missing or damaged store, an unknown platform).
+earlier run on its device to compare with (a fresh VM's first cron run is not an alarm) or no
+record in common with them (a fresh clone's check run, its results not committed): one line says
+so, and the other platforms go on; 2 for bad input (a missing or damaged store, an unknown
+platform).
 """
 
 from __future__ import annotations
@@ -171,10 +173,15 @@ def check_platform(
         return [f"{where}: no earlier run on this device in the store: nothing to compare"], 0
     if noise_floor is None:  # the one an A/A of `ab` kept for this platform and device
         noise_floor = kept_noise_floor(ab.STORE, latest["platform"], latest["device"])
+    a, b = stored_runs(path, a_rows), stored_runs(path, b_rows)
+    if not set(_by_key(a)) & set(_by_key(b)):  # a check run without its results, say
+        return [
+            f"{where}: report {latest['report']} and the {_describe(a_rows)} before it have no "
+            "record in common: nothing to compare"
+        ], 0
     try:
-        a, b = stored_runs(path, a_rows), stored_runs(path, b_rows)
         c = compare_runs(a, b, factor=factor, noise_floor=noise_floor)
-    except CompareError as err:  # no record in common, a bad --factor
+    except CompareError as err:  # a bad --factor
         raise CompareError(f"{where}: {err}") from None
     one_thread = all(threads(r) == 1 for r in (*a_rows, *b_rows))
     busy = [r.run_id for r in (*c.a, *c.b) if r.busy]

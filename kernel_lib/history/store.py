@@ -3,15 +3,21 @@ one SQLite file (the standard library's), so that a later run never loses an ear
 
 Where: `KERNEL_WORKBOOK_STORE` when set, else `history.sqlite` in the `outputs/` folder that holds
 the report (`outputs/history.sqlite`). It is rebuilt from the report folders kept under outputs/
-(`python -m kernel_lib history --rebuild`), read back by kernel_lib.reportfiles as every reader
-reads them. A run is one run.json: a report of `--repeat N` adds its N `run-<k>/` runs, each
-naming the report they belong to (`report`: the aggregate's run id). Adding a run again replaces
-it in one transaction; two writers at once wait on SQLite's lock (BUSY_TIMEOUT_S).
+(`python -m kernel_lib history --rebuild`, kernel_lib.history.rebuild), read back by
+kernel_lib.reportfiles as every reader reads them. A run is one run.json: a report of `--repeat N`
+adds its N `run-<k>/` runs, each naming the report they belong to (`report`: the aggregate's run
+id), with the records of the notebooks it ran (not those a report kept from an earlier run).
+Adding a run again replaces it in one transaction; two writers at once wait on SQLite's lock
+(BUSY_TIMEOUT_S). A store is never in a report (writes.own_file); an older schema is migrated
+when opened; a disk's error is an OSError naming the store (exit 1), a damaged store a StoreError
+(exit 2).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -23,16 +29,17 @@ from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX
 from kernel_lib.report.aggregate import run_folders
 from kernel_lib.reportfiles import read_results, read_run
-from kernel_lib.writes import RUN_FILE
+from kernel_lib.writes import RUN_FILE, own_file
 
 STORE_ENV = "KERNEL_WORKBOOK_STORE"
 STORE_NAME = "history.sqlite"
-SCHEMA_VERSION = 1  # PRAGMA user_version
+SCHEMA_VERSION = 2  # PRAGMA user_version
+MIGRATIONS = {1: "ALTER TABLE runs ADD COLUMN lock TEXT"}  # from schema N to N + 1
 BUSY_TIMEOUT_S = 60.0
 REBUILD = "python -m kernel_lib history --rebuild"
 RUN_COLUMNS = (
     "run_id", "report", "platform", "device", "git", "torch", "triton", "allocator",
-    "started_utc", "parameters", "notebooks", "folder", "run_json",
+    "started_utc", "parameters", "notebooks", "folder", "run_json", "lock",
 )  # fmt: skip
 RECORD_COLUMNS = (
     "run_id", "record_id", "notebook", "headline", "status", "median_ms", "ratio_vs_baseline",
@@ -42,7 +49,7 @@ SCHEMA = """
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY, report TEXT NOT NULL, platform TEXT, device TEXT, git TEXT,
     torch TEXT, triton TEXT, allocator TEXT, started_utc TEXT, parameters TEXT,
-    notebooks TEXT, folder TEXT, run_json TEXT NOT NULL
+    notebooks TEXT, folder TEXT, run_json TEXT NOT NULL, lock TEXT
 );
 CREATE TABLE records (
     run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, record_id TEXT NOT NULL,
@@ -71,41 +78,68 @@ def store_path(path: str | Path | None = None, report: str | Path | None = None)
 
 
 def _damaged(path: Path, what: str) -> StoreError:
-    return StoreError(f"{path}: {what}: `{REBUILD}` rebuilds it from the kept report folders")
+    return StoreError(
+        f"{path}: {what}: move it aside, then `{REBUILD}` builds a new store from the kept "
+        "report folders"
+    )
+
+
+# SQLite's result codes for what the disk did, not what the file holds: exit 1, as any disk error
+DISK_ERRORS = {
+    sqlite3.SQLITE_FULL: errno.ENOSPC,
+    sqlite3.SQLITE_READONLY: errno.EROFS,
+    sqlite3.SQLITE_IOERR: errno.EIO,
+    sqlite3.SQLITE_PERM: errno.EACCES,
+    sqlite3.SQLITE_CANTOPEN: errno.EACCES,
+    sqlite3.SQLITE_BUSY: errno.EBUSY,  # another writer held the lock past BUSY_TIMEOUT_S
+    sqlite3.SQLITE_LOCKED: errno.EBUSY,
+}
+
+
+def _disk_error(err: sqlite3.Error, path: Path) -> OSError | None:
+    """`err` as the OSError naming `path` when it is the disk's (DISK_ERRORS), else None."""
+    code = DISK_ERRORS.get((getattr(err, "sqlite_errorcode", None) or 0) & 0xFF)
+    return OSError(code, f"{os.strerror(code)} (SQLite: {err})", str(path)) if code else None
 
 
 @contextlib.contextmanager
 def connect(path: str | Path, *, create: bool = True):
-    """A connection to the store at `path` (created when missing and `create`), its schema
-    checked: StoreError naming it when it is newer than this code's, damaged, or missing."""
+    """A connection to the store at `path` (created when missing and `create`; a store to write
+    is never in a report), its schema checked and an older one migrated: StoreError naming it
+    when it is newer than this code's, damaged, or missing; OSError naming it for the disk's
+    errors (full, read-only, locked past BUSY_TIMEOUT_S)."""
     path = Path(path)
     if not path.exists() and not create:
         raise StoreError(f"{path}: no results store here (`{REBUILD}` builds one)")
+    if create:
+        own_file(path, "the results store")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    except (OSError, sqlite3.Error) as err:
-        raise StoreError(f"{path}: cannot open the results store ({err})") from None
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(err.filename or path)) from None
+    except sqlite3.Error as err:
+        raise _disk_error(err, path) or StoreError(f"{path}: cannot open ({err})") from None
     try:
         _check_schema(con, path)
         con.execute("PRAGMA foreign_keys = ON")
         yield con
-    except sqlite3.OperationalError as err:  # locked past the busy timeout, a read-only disk
-        raise StoreError(f"{path}: {err}") from None
-    except sqlite3.DatabaseError as err:  # not SQLite at all, or a torn file
-        raise _damaged(path, f"not a results store ({err})") from None
+    except sqlite3.DatabaseError as err:  # the disk's, else not SQLite at all or a torn file
+        raise _disk_error(err, path) or _damaged(path, f"not a results store ({err})") from None
     finally:
         con.close()
 
 
 @contextlib.contextmanager
-def _transaction(con: sqlite3.Connection):
-    """One write transaction, its lock taken at the start (another writer waits on it)."""
+def transaction(con: sqlite3.Connection):
+    """One write transaction, the store's lock taken at the start (another writer waits on it
+    up to BUSY_TIMEOUT_S, then commits after it)."""
     con.execute("BEGIN IMMEDIATE")
     try:
         yield
     except BaseException:
-        con.execute("ROLLBACK")
+        if con.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
+            con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
 
@@ -119,14 +153,20 @@ def _check_schema(con: sqlite3.Connection, path: Path) -> None:
         )
     tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if version == 0 and not tables:
-        with _transaction(con):
+        with transaction(con):
             if not con.execute("PRAGMA user_version").fetchone()[0]:  # another writer's first
                 for statement in filter(str.strip, SCHEMA.split(";")):
                     con.execute(statement)
                 con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return
-    if version != SCHEMA_VERSION or not {"runs", "records"} <= tables:
+    if version == 0 or not {"runs", "records"} <= tables:
         raise _damaged(path, "not a results store (its tables are missing)")
+    if version < SCHEMA_VERSION:
+        with transaction(con):
+            version = con.execute("PRAGMA user_version").fetchone()[0]  # another writer's first
+            for step in range(version, SCHEMA_VERSION):
+                con.execute(MIGRATIONS[step])
+            con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     for table, columns in (("runs", RUN_COLUMNS), ("records", RECORD_COLUMNS)):
         have = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
         if not set(columns) <= have:
@@ -150,14 +190,26 @@ def _run_row(folder: Path, run: dict, report: str | None) -> dict:
         "notebooks": ",".join(nb["notebook"] for nb in run.get("notebooks") or []),
         "folder": str(folder),
         "run_json": json.dumps(run, sort_keys=True),
+        "lock": env.get("lock"),  # absent in runs before the lock was recorded
     }
 
 
-def _record_rows(folder: Path, run_id: str, stale: set[str]) -> list[dict]:
+def ran(run: dict) -> set[str]:
+    """The notebooks `run` (a run.json) ran: those its notebooks list under its own run id (or
+    none, before each notebook named its run), less a failed one whose earlier results the
+    report still shows (`stale_results`). The others are earlier runs', kept by `run --only`."""
+    return {
+        nb["notebook"]
+        for nb in run.get("notebooks") or []
+        if nb.get("run_id", run.get("run_id")) == run.get("run_id") and not nb.get("stale_results")
+    }
+
+
+def _record_rows(folder: Path, run_id: str, notebooks: set[str]) -> list[dict]:
     rows = []
     for path in sorted(folder.glob(f"*{RESULTS_SUFFIX}")):
         notebook = path.name[: -len(RESULTS_SUFFIX)]
-        if notebook in stale:  # an earlier run's records, kept in the report: not this run's
+        if notebook not in notebooks:
             continue
         for record in read_results(path):
             rows.append(
@@ -189,19 +241,34 @@ def report_runs(folder: str | Path, report: str | None = None) -> list[tuple[dic
     for run_folder in runs or [folder]:
         run = read_run(run_folder / RUN_FILE)
         row = _run_row(run_folder, run, report)
-        stale = {nb["notebook"] for nb in run.get("notebooks") or [] if nb.get("stale_results")}
-        out.append((row, _record_rows(run_folder, row["run_id"], stale)))
+        records = _record_rows(run_folder, row["run_id"], ran(run))
+        _refuse_twice(run_folder, row["run_id"], records)
+        out.append((row, records))
     return out
 
 
-def _insert(con: sqlite3.Connection, row: dict, records: list[dict]) -> None:
+def _refuse_twice(folder: Path, run_id: str, records: list[dict]) -> None:
+    """ParameterError when a record id is saved more than once in a run (one would replace the
+    other in the store)."""
+    counts = collections.Counter(r["record_id"] for r in records)
+    twice = sorted(rid for rid, n in counts.items() if n > 1)
+    if twice:
+        where = sorted({r["notebook"] for r in records if r["record_id"] == twice[0]})
+        raise ParameterError(
+            f"{folder}: run {run_id} saves {len(twice)} record id(s) more than once (first "
+            f"{twice[0]}, in {', '.join(where)}): not added; each record id is one record"
+        )
+
+
+def insert(con: sqlite3.Connection, row: dict, records: list[dict]) -> None:
+    """Add (or replace) one run (`report_runs`) inside a `transaction`."""
     con.execute("DELETE FROM runs WHERE run_id = ?", (row["run_id"],))  # its records cascade
     con.execute(
         f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
         [row[c] for c in RUN_COLUMNS],
     )
     con.executemany(
-        f"INSERT OR REPLACE INTO records ({', '.join(RECORD_COLUMNS)}) "
+        f"INSERT INTO records ({', '.join(RECORD_COLUMNS)}) "
         f"VALUES ({', '.join('?' * len(RECORD_COLUMNS))})",
         [[r[c] for c in RECORD_COLUMNS] for r in records],
     )
@@ -216,9 +283,9 @@ def add_report(folder: str | Path, path: str | Path, report: str | None = None) 
 def add_runs(runs: list[tuple[dict, list[dict]]], path: str | Path) -> list[str]:
     """Add (or replace) `runs` (`report_runs`) in the store at `path`, in one transaction;
     returns their run ids."""
-    with connect(path) as con, _transaction(con):
+    with connect(path) as con, transaction(con):
         for row, records in runs:
-            _insert(con, row, records)
+            insert(con, row, records)
     return [row["run_id"] for row, _ in runs]
 
 
@@ -234,36 +301,6 @@ def remember(
             add_report(folder, path, report)
     except (ParameterError, OSError, sqlite3.Error) as err:
         print(f"warning: run not added to the results store: {err}", file=sys.stderr, flush=True)
-
-
-def report_folders_under(outputs: str | Path) -> list[Path]:
-    """Every report folder under `outputs` (a folder with run.json, not a run of a repeated
-    report, not a runner's staging or set-aside copy), by path."""
-    outputs = Path(outputs)
-    found = []
-    for run_file in sorted(outputs.rglob(RUN_FILE)):
-        folder = run_file.parent
-        if any(part.startswith(".") for part in folder.relative_to(outputs).parts):
-            continue
-        if folder in run_folders(folder.parent):
-            continue
-        found.append(folder)
-    return found
-
-
-def rebuild(outputs: str | Path, path: str | Path) -> list[str]:
-    """A new store at `path` from every report folder under `outputs` (written beside it and
-    swapped in whole: a damaged store is replaced, a failure leaves the old one); run ids."""
-    path = Path(path)
-    runs = [run for folder in report_folders_under(outputs) for run in report_runs(folder)]
-    fresh = path.with_name(f".{path.name}.rebuild-{os.getpid()}")
-    fresh.unlink(missing_ok=True)
-    try:
-        ids = add_runs(runs, fresh)
-        os.replace(fresh, path)
-    finally:
-        fresh.unlink(missing_ok=True)
-    return ids
 
 
 def headline_value(record: dict) -> tuple[str, float | None]:

@@ -55,8 +55,8 @@ static void gemm(const bf16 *a, int64_t kp2, const bf16 *w, int64_t np, float *c
 }
 
 /* e^x, |relative error| < 2e-7 on [-87, 87] (inputs are clamped to it) */
-static inline __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(87.f)), _mm512_set1_ps(-87.f));
+static inline __m512 exp_ps(__m512 x) { /* min/max pass their second operand's NaN */
+  x = _mm512_max_ps(_mm512_set1_ps(-87.f), _mm512_min_ps(_mm512_set1_ps(87.f), x));
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
@@ -75,7 +75,8 @@ static inline __m512 sigmoid_ps(__m512 x) {
 
 /* out (MR, fp) bf16 = activation of h (MR, hp) fp32: relu/gelu(tanh) of h; for h laid out
  * [gate (fp) | up (fp)], silu(gate) * up or gpt-oss's clamped form (gate <= limit, |up| <= limit,
- * (up + 1) * gate * sigmoid(alpha * gate)) */
+ * (up + 1) * gate * sigmoid(alpha * gate)). NaN stays NaN, as in torch: VMAXPS and VMINPS return
+ * their second operand where one is NaN, so h is always the second. */
 static void activate(const float *h, int64_t hp, int act, float limit, float alpha, bf16 *out,
                      int64_t fp) {
   for (int r = 0; r < MR; ++r)
@@ -85,12 +86,12 @@ static void activate(const float *h, int64_t hp, int act, float limit, float alp
         y = _mm512_mul_ps(_mm512_mul_ps(g, sigmoid_ps(g)), _mm512_loadu_ps(h + r * hp + fp + j));
       } else if (act == SWIGLU_CLAMPED) {
         __m512 hi = _mm512_set1_ps(limit), lo = _mm512_set1_ps(-limit);
-        __m512 u = _mm512_min_ps(_mm512_max_ps(_mm512_loadu_ps(h + r * hp + fp + j), lo), hi);
-        g = _mm512_min_ps(g, hi);
+        __m512 u = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_loadu_ps(h + r * hp + fp + j)));
+        g = _mm512_min_ps(hi, g);
         __m512 gate = _mm512_mul_ps(g, sigmoid_ps(_mm512_mul_ps(g, _mm512_set1_ps(alpha))));
         y = _mm512_mul_ps(_mm512_add_ps(u, _mm512_set1_ps(1.f)), gate);
       } else if (act == RELU) {
-        y = _mm512_max_ps(g, _mm512_setzero_ps());
+        y = _mm512_max_ps(_mm512_setzero_ps(), g);
       } else { /* 0.5 g (1 + tanh(u)) = g * sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3) */
         __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
         __m512 u = _mm512_mul_ps(_mm512_fmadd_ps(g3, _mm512_set1_ps(0.044715f), g),
@@ -129,24 +130,32 @@ static void tile(const bf16 *x, int64_t d, const int64_t *token, const float *we
  * Each thread owns a range of tokens: it runs every expert on its own tokens' rows and adds into
  * their fp32 rows of acc (T, D) without sharing them. w_in packed (E, hp/16, dp/2, 16, 2), w_out
  * (E, np/16, fp/2, 16, 2): dp = D rounded up to even, np = D rounded up to 16, fp the packed ffn,
- * hp = 2 fp for the gated activations else fp; limit and alpha: the clamped SwiGLU's. */
-void fused_ffn(const bf16 *x, int64_t t, int64_t d, const int64_t *token, const float *weight,
+ * hp = 2 fp for the gated activations else fp; limit and alpha: the clamped SwiGLU's. Returns 0,
+ * or 1 where a thread's buffers could not be allocated (out is then incomplete). */
+int fused_ffn(const bf16 *x, int64_t t, int64_t d, const int64_t *token, const float *weight,
                const int32_t *ends, int64_t experts, const bf16 *w_in, int64_t dp, int64_t hp,
                const bf16 *w_out, int64_t fp, int64_t np, int act, float limit, float alpha,
                float *acc, bf16 *out, int threads) {
+  int failed = 0;
 #pragma omp parallel num_threads(threads)
   {
-    const int64_t parts = omp_get_num_threads(), me = omp_get_thread_num();
-    const int64_t lo = t * me / parts, hi = t * (me + 1) / parts;
+    const int64_t parts = omp_get_num_threads(), me = omp_get_thread_num(), lo = t * me / parts;
     bf16 *a = aligned_alloc(64, (sizeof(bf16) * MR * dp + 63) / 64 * 64);
     float *h = aligned_alloc(64, sizeof(float) * MR * (hp > np ? hp : np));
     bf16 *act_out = aligned_alloc(64, (sizeof(bf16) * MR * fp + 63) / 64 * 64);
-    memset(a, 0, sizeof(bf16) * MR * dp); /* the odd column of a stays zero */
-    memset(acc + lo * d, 0, sizeof(float) * (hi - lo) * d);
     /* this thread's tiles: n[k] <= MR of its rows of expert e[k], listed in idx[k * MR ...] */
     const int64_t most = ends[experts - 1] / MR + experts;
     int64_t *tile_e = malloc(sizeof(int64_t) * most), *idx = malloc(sizeof(int64_t) * most * MR);
     int *tile_n = malloc(sizeof(int) * most);
+    const int ok = a && h && act_out && tile_e && idx && tile_n;
+    if (!ok) {
+#pragma omp atomic write
+      failed = 1;
+    }
+    /* without its buffers a thread owns no tokens: nothing below touches them */
+    const int64_t hi = ok ? t * (me + 1) / parts : lo;
+    if (ok) memset(a, 0, sizeof(bf16) * MR * dp); /* the odd column of a stays zero */
+    memset(acc + lo * d, 0, sizeof(float) * (hi - lo) * d);
     int64_t tiles = 0;
     for (int64_t e = 0, start = 0; e < experts; start = ends[e++])
       for (int64_t i = start; i < ends[e]; ++i) {
@@ -175,6 +184,7 @@ void fused_ffn(const bf16 *x, int64_t t, int64_t d, const int64_t *token, const 
     }
     free(a), free(h), free(act_out);
   }
+  return failed;
 }
 
 #else

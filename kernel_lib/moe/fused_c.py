@@ -25,9 +25,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernel_lib import c_kernels
+from kernel_lib.c_kernels import check_tensor
 from kernel_lib.checks import Unsupported
 from kernel_lib.moe.dispatch import _check_ffn, _check_inputs, check_inference, sort_by_expert
-from kernel_lib.moe.experts import GATED, SWIGLU_ALPHA, SWIGLU_LIMIT, FeedForwardExperts
+from kernel_lib.moe.experts import GATED, SWIGLU_ALPHA, SWIGLU_LIMIT, FeedForwardExperts, in_width
 from kernel_lib.moe.packed import packed_once
 from kernel_lib.moe.routing import Routing
 from kernel_lib.profiling.phases import phase
@@ -49,6 +50,7 @@ def _library() -> ctypes.CDLL:
         f32 = ctypes.c_float
         lib.fused_ffn.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, i64, i64, ptr, i64]
         lib.fused_ffn.argtypes += [i64, c_int, f32, f32, ptr, ptr, c_int]
+        lib.fused_ffn.restype = c_int  # 1: a thread's buffers could not be allocated
     return lib
 
 
@@ -97,15 +99,54 @@ def packed(experts: FeedForwardExperts) -> CPackedExperts:
     return packed_once(_CACHE, experts, _pack_experts)
 
 
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # routing.weight, as fp32
+
+
+def _check_operands(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> None:
+    """Raise unless fused_c.c reads only what exists, as dispatch_loop means it: x (T, D) bf16
+    of the experts' D; their weights contiguous bf16 of their shapes; A assignments, int64 tokens
+    in [0, T) and experts in [0, E) with a weight each, counted per expert by counts (E,) (the
+    segments the kernel runs). One ValueError or TypeError naming the operand."""
+    if not isinstance(routing, Routing):
+        raise TypeError(f"routing must be a Routing, got {type(routing).__name__}")
+    e, d, f = experts.num_experts, experts.hidden, experts.ffn
+    if routing.num_experts != e:
+        raise ValueError(f"routing.num_experts={routing.num_experts} but experts has E={e}")
+    check_tensor("x", x, torch.bfloat16, ("T", d), contiguous=False)
+    _check_inputs(x, routing)
+    h = in_width(f, experts.activation)
+    check_tensor("experts.w_in", experts.w_in, torch.bfloat16, (e, d, h))  # pack() views them
+    check_tensor("experts.w_out", experts.w_out, torch.bfloat16, (e, f, d))
+    tokens = check_tensor(
+        "routing.token_idx", routing.token_idx, torch.int64, ("A",), contiguous=False
+    )
+    a = tokens.shape[0]
+    ids = check_tensor(
+        "routing.expert_idx", routing.expert_idx, torch.int64, (a,), contiguous=False
+    )
+    check_tensor("routing.weight", routing.weight, FLOATS, (a,), contiguous=False)
+    counts = check_tensor("routing.counts", routing.counts, torch.int64, (e,), contiguous=False)
+    for name, index, size in (("token_idx", tokens, x.shape[0]), ("expert_idx", ids, e)):
+        if a and not 0 <= index.min() <= index.max() < size:
+            low, high = int(index.min()), int(index.max())
+            raise ValueError(f"routing.{name} must lie in [0, {size}), got [{low}, {high}]")
+    if not torch.equal(counts, torch.bincount(ids, minlength=e)):
+        raise ValueError(
+            f"routing.counts (sum {int(counts.sum())}) must count routing.expert_idx per expert "
+            f"(A={a})"
+        )
+
+
 def dispatch_fused_c(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> Tensor:
     """Sort by expert, then the fused kernel adds each assignment's weighted FFN output into
     its token's fp32 row (each thread owns a range of tokens), rounded to x's dtype once.
 
     x: (T, D) bf16 on a CPU with AVX512-BF16; FeedForwardExperts; any routing (token or expert
-    choice, with drops); no autograd (check_inference). Raises ValueError on other operands
-    (fused_unavailable says why)."""
-    _check_inputs(x, routing)
+    choice, with drops); no autograd (check_inference). Raises ValueError or TypeError on other
+    operands (`_check_operands`, fused_unavailable say why), MemoryError where the kernel's
+    buffers do not fit."""
     _check_ffn(experts)
+    _check_operands(x, routing, experts)
     check_inference("fused_c", x, experts)
     reason = fused_unavailable(x, experts)
     if reason:
@@ -115,11 +156,13 @@ def dispatch_fused_c(x: Tensor, routing: Routing, experts: FeedForwardExperts) -
         w, x, weight = packed(experts), x.contiguous(), weight.float().contiguous()
         acc, out = torch.empty(x.shape, dtype=torch.float32), torch.empty_like(x)
     with phase("experts fused"):
-        _library().fused_ffn(
+        failed = _library().fused_ffn(
             x.data_ptr(), x.shape[0], x.shape[1], tokens.data_ptr(), weight.data_ptr(),
             ends.data_ptr(), routing.num_experts, w.w_in.data_ptr(), _round_up(x.shape[1], 2),
             w.w_in.shape[1] * LANES, w.w_out.data_ptr(), w.ffn, w.w_out.shape[1] * LANES,
             ACTIVATIONS[experts.activation], SWIGLU_LIMIT, SWIGLU_ALPHA, acc.data_ptr(),
             out.data_ptr(), torch.get_num_threads(),
         )  # fmt: skip
+    if failed:
+        raise MemoryError(f"fused_c: no memory for its buffers at T={x.shape[0]}, D={x.shape[1]}")
     return out

@@ -5,11 +5,11 @@ them all, so no tensor outlives its section. Nothing is kept when profiling is o
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
-from kernel_lib.params import ParameterError
+from kernel_lib.params import ParameterError, parse_override
 from kernel_lib.records import NOTEBOOK_ENV, Record, record_id
 
 # off, headlines (the runner's default) or all; outside the runner the default is off.
@@ -20,10 +20,11 @@ _PENDING: dict[str, tuple[Callable[[], object], torch.device | str]] = {}
 
 def profile_mode() -> str:
     """The profile mode: $KERNEL_WORKBOOK_PROFILE, else `headlines` under the runner (it names
-    the notebook) and `off` elsewhere; ValueError naming the variable for another value."""
+    the notebook) and `off` elsewhere; ParameterError (one line naming the variable) for another
+    value: every command that runs a notebook or a suite calls it before anything runs."""
     value = os.environ.get(PROFILE_ENV) or ("headlines" if os.environ.get(NOTEBOOK_ENV) else "off")
     if value not in MODES:
-        raise ValueError(f"{PROFILE_ENV}={value!r} must be one of {', '.join(MODES)}")
+        raise ParameterError(f"${PROFILE_ENV}={value!r} must be one of {', '.join(MODES)}")
     return value
 
 
@@ -40,6 +41,16 @@ def mode_override(overrides: dict) -> None:
             f"command line: -p profile={value!r} must be one of {', '.join(MODES)}"
         )
     os.environ[PROFILE_ENV] = value
+
+
+def notebook_params(params: Iterable[str]) -> list[str]:
+    """The `-p NAME=VALUE`s of `run`, `bench`, `ab` or `device-run` that are the notebooks':
+    `-p profile=MODE` taken out into $KERNEL_WORKBOOK_PROFILE (`mode_override`); every `-p` and
+    the mode (given, or already in the environment) checked: ParameterError, one line."""
+    parsed = [(text, parse_override(text)) for text in params]
+    mode_override(dict(override for _, override in parsed))
+    profile_mode()
+    return [text for text, (name, _) in parsed if name != "profile"]
 
 
 def identity(record: Record) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from kernel_lib.locks import lock_state
 from kernel_lib.records.schema import Record
 
 # The runner hands each notebook kernel its run's identity through these.
@@ -70,16 +71,19 @@ def run_context() -> tuple[str, str]:
 def stamp(
     records: Iterable[Record], *, run_id: str | None = None, platform: str | None = None
 ) -> list[Record]:
-    """Records with run_id, platform and record_id set (default: `run_context()`); raises
-    ValueError when two records would share an id (they could not be matched across runs)."""
+    """Records with run_id, platform, record_id and the environment's lock set (default:
+    `run_context()`); raises ValueError when two records would share an id (they could not be
+    matched across runs)."""
     if run_id is None or platform is None:
         default_run, default_platform = run_context()
         run_id, platform = run_id or default_run, platform or default_platform
-    out, seen = [], {}
+    out, seen, lock = [], {}, lock_state().label
     for r in records:
         rid = record_id(r, platform)
         if rid in seen:
             raise ValueError(f"two records share record_id {rid!r}")
         seen[rid] = r
-        out.append(dataclasses.replace(r, run_id=run_id, platform=platform, record_id=rid))
+        out.append(
+            dataclasses.replace(r, run_id=run_id, platform=platform, record_id=rid, lock=lock)
+        )
     return out

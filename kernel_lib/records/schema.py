@@ -55,6 +55,7 @@ class Record:
     # to the report), top ops, phases (ms per call), overhead (profiled / timed median)
     profile: dict | None = None
     allocator: str | None = None  # the host malloc in effect (CPU: kernel_lib.allocator.in_effect)
+    lock: str | None = None  # stamped when saved: the environment's lock (kernel_lib.locks)
     platform: str | None = None  # stamped when saved: parameter file name
     run_id: str | None = None
     record_id: str | None = None

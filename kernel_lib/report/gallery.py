@@ -86,6 +86,7 @@ def _platform_row(outputs: Path, report: Report) -> dict:
         "device": html.escape(f"{env.get('name', '?')} ({env.get('backend', '?')})"),
         "date (UTC)": html.escape(str(run.get("started_utc", "?"))),
         "git": html.escape(str(run.get("git", "?"))),
+        "lock": html.escape(str(env.get("lock", "?"))),
         "runs": run.get("repeat", 1),
         "notebooks": html.escape(counts(statuses) if statuses else "none"),
         "checks": f"{int(checks.get('checks passed', 0))} passed, "

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from kernel_lib.records import shape_key
 from kernel_lib.report.findings import figure_text, headline_rows, measured_at, number
-from kernel_lib.report.markup import png_data_uri
+from kernel_lib.report.markup import markdown_text, plain, png_data_uri
 from kernel_lib.report.panels import bar
 from kernel_lib.report.phases import findings_phases
 
@@ -28,7 +28,8 @@ def findings_figure(rows: pd.DataFrame) -> Figure:
     for y, (_, row) in enumerate(ok.iterrows()):
         bar(ax, y, row)
     labels = [
-        textwrap.shorten(f"{t} · {shape_key(s)}", 75) for t, s in zip(ok["title"], ok["shape"])
+        plain(textwrap.shorten(f"{t} · {shape_key(s)}", 75))
+        for t, s in zip(ok["title"], ok["shape"])
     ]
     ax.set_yticks(range(len(ok)), labels, fontsize=7)
     ax.set_ylim(len(ok) - 0.5, -0.5)
@@ -48,13 +49,13 @@ def findings_markdown(records: pd.DataFrame, platform: str) -> str:
         return "## What this notebook found\n\nNo headline was declared (see the records below)."
     table = pd.DataFrame(
         {
-            "headline": rows["title"],
-            "figure": rows.apply(figure_text, axis=1),
-            "measured at": rows.apply(measured_at, axis=1),
+            "headline": rows["title"].map(markdown_text),
+            "figure": rows.apply(figure_text, axis=1).map(markdown_text),
+            "measured at": rows.apply(measured_at, axis=1).map(markdown_text),
         }
     )
     return (
-        f"## What this notebook found ({platform})\n\n"
+        f"## What this notebook found ({markdown_text(platform)})\n\n"
         + table.to_markdown(index=False)
         + f"\n\n![the declared headlines]({png_data_uri(findings_figure(rows))})\n\n"
         + findings_phases(records)

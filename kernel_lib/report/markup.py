@@ -1,12 +1,15 @@
 """The HTML every report page is made of: one style, a page, tables that wrap to the window,
-figures embedded as data URIs, links only to files that exist."""
+figures embedded as data URIs, links only to files that exist. Every value from outside (a
+folder's name, a record's or run.json's text) is escaped here: a page runs no script of theirs."""
 
 from __future__ import annotations
 
 import base64
 import html
 import io
+import numbers
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -24,7 +27,8 @@ details{margin:.6em 0} summary{cursor:pointer;font-weight:bold}"""
 
 
 def page(title: str, body: str) -> str:
-    """A standalone HTML page (the report style) with `body` under an <h1> title (HTML)."""
+    """A standalone HTML page (the report style) with `body` (HTML) under an <h1> `title` (text)."""
+    title = html.escape(title)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <title>{title}</title>
@@ -45,11 +49,36 @@ def text(value: str) -> str:
     return html.escape(value).replace(",", ",<wbr>")
 
 
+def _cell(value):
+    """A table cell: a number (or a missing value) as pandas shows it, anything else as text."""
+    if isinstance(value, numbers.Number) or (pd.api.types.is_scalar(value) and pd.isna(value)):
+        return value
+    return text(str(value))
+
+
+MARKDOWN_ACTIVE = str.maketrans({c: "\\" + c for c in "\\`[]|"})
+
+
+def markdown_text(value) -> str:
+    """`value` as text in a Markdown table cell that is rendered as HTML (a notebook's findings
+    cell): on one line, its HTML escaped, no link, code span or cell break of its own."""
+    return html.escape(" ".join(str(value).split())).translate(MARKDOWN_ACTIVE)
+
+
+def plain(text: str) -> str:
+    """`text` as matplotlib draws it, literally: a '$' of a folder's or record's name never opens
+    mathtext (whose parse error would stop the page)."""
+    return str(text).replace("$", r"\$")
+
+
 def table(frame: pd.DataFrame, *, raw: tuple[str, ...] = (), index: bool = False) -> str:
-    """`frame` as a wrapped HTML table, its text escaped but for the `raw` (HTML) columns."""
-    cells = frame.map(lambda v: text(v) if isinstance(v, str) else v)
+    """`frame` as a wrapped HTML table, its headers, index and cells escaped but for the cells of
+    the `raw` (HTML) columns."""
+    cells = frame.map(_cell)
     for column in raw:
         cells[column] = frame[column]
+    cells.columns = [_cell(c) for c in frame.columns]
+    cells.index = [_cell(i) for i in frame.index]
     return scroll(cells.to_html(index=index, escape=False, na_rep=""))
 
 
@@ -61,11 +90,15 @@ def details(summary: str, body: str, *, open_: bool = False) -> str:
     )
 
 
-def link(folder: Path, target: str, text: str) -> str:
+def href(target: str, label: str) -> str:
+    """A link to the relative path `target` labelled `label` (text): the path percent-quoted, so
+    that a name with ':' is never read as a scheme (javascript:), nor one with '#' or '?' cut."""
+    return f'<a href="{html.escape(quote(target))}">{html.escape(label)}</a>'
+
+
+def link(folder: Path, target: str, label: str) -> str:
     """A link to `target` (relative to `folder`, where the page is), only when the file exists."""
-    if not (folder / target).exists():
-        return ""
-    return f'<a href="{html.escape(target)}">{html.escape(text)}</a>'
+    return href(target, label) if (folder / target).exists() else ""
 
 
 def png_data_uri(fig: Figure) -> str:

@@ -22,7 +22,7 @@ from kernel_lib.report.findings import (
     headlines,
     machine_text,
 )
-from kernel_lib.report.markup import details, page, png_data_uri, table, text
+from kernel_lib.report.markup import details, href, page, png_data_uri, table, text
 from kernel_lib.report.panels import COLOURS, panels
 from kernel_lib.report.phases import report_phases_html
 from kernel_lib.report.read import Report, read_report, report_folders
@@ -162,8 +162,7 @@ def _single(folder: Path, run: dict, records: pd.DataFrame) -> Path:
     )
     cells = table_.assign(
         report=[
-            f'<a href="{html.escape(r)}">html</a> · <a href="{html.escape(r[:-5])}.ipynb">ipynb</a>'
-            for r in table_["report"]
+            f"{href(r, 'html')} · {href(f'{r[:-5]}.ipynb', 'ipynb')}" for r in table_["report"]
         ]
     )
     body = f"""<p>{html.escape(intro).replace("`", "")}</p>
@@ -176,7 +175,7 @@ def _single(folder: Path, run: dict, records: pd.DataFrame) -> Path:
 <p>Every figure was measured in this run (median of many reps; each notebook shows p10/p90, method
 and shape). All records: <a href="results.csv">results.csv</a>.</p>"""
     index = folder / "index.html"
-    index.write_text(page(f"Workbook report: {html.escape(run['platform'])}", body))
+    index.write_text(page(f"Workbook report: {run['platform']}", body))
     return index
 
 
@@ -249,13 +248,14 @@ def _repeated(folder: Path, run: dict, records: pd.DataFrame) -> Path:
             links(
                 p,
                 lambda r, path: (
-                    f'{r}: <a href="{path}.html">html</a> <a href="{path}.ipynb">ipynb</a>'
+                    f"{html.escape(r)}: {href(f'{path}.html', 'html')} "
+                    f"{href(f'{path}.ipynb', 'ipynb')}"
                 ),
             )
             for p in notebooks["reports"]
         ]
     )
-    html_runs = runs.assign(folder=[f'<a href="{f}/index.html">{f}</a>' for f in runs["folder"]])
+    html_runs = runs.assign(folder=[href(f"{f}/index.html", f) for f in runs["folder"]])
     spread_html = table(spread) if len(spread) else "<p>No timed record.</p>"
     body = f"""<p>{html.escape(intro)}</p>
 <h2>Headlines</h2>{head_html}
@@ -268,7 +268,7 @@ def _repeated(folder: Path, run: dict, records: pd.DataFrame) -> Path:
 <p>All records, aggregated: <a href="results.csv">results.csv</a>; each run's own:
 <code>run-&lt;i&gt;/results.csv</code>.</p>"""
     index = folder / "index.html"
-    index.write_text(page(f"Workbook report: {html.escape(run['platform'])} ({n} runs)", body))
+    index.write_text(page(f"Workbook report: {run['platform']} ({n} runs)", body))
     return index
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kernel_lib.report.findings import figure_text, measured_at, number
+from kernel_lib.report.markup import plain
 from kernel_lib.report.trends import draw_trend
 
 COLOURS = {"faster": "#2a7f3f", "slower": "#b33a3a", "no clear difference": "#8c8c8c"}
@@ -81,17 +82,20 @@ def panel(rows: pd.DataFrame, trend: pd.DataFrame | None = None) -> Panel:
     top, caption = 1.0, []
     for y, ((_, row), label) in enumerate(zip(rows.iterrows(), labels)):
         if row["status"] != "ok" or number(row["value"]) is None:
-            ax.text(0.02, y, textwrap.shorten(figure_text(row), 60), va="center", fontsize=7)
+            ax.text(
+                0.02, y, plain(textwrap.shorten(figure_text(row), 60)), va="center", fontsize=7
+            )
             continue
         top = max(top, bar(ax, y, row))
         caption.append(f"{label}: {measured_at(row)}")
     ax.axvline(1.0, color="k", lw=1, ls="--")
     ax.set_xlim(0, top * 1.25)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    fig.suptitle(textwrap.fill(first["title"], 70), x=0.01, ha="left", fontsize=8)
+    ax.set_yticks(range(len(rows)), [plain(label) for label in labels], fontsize=7)
+    fig.suptitle(plain(textwrap.fill(first["title"], 70)), x=0.01, ha="left", fontsize=8)
     if ceiling:
-        ax.set_xlabel(textwrap.fill(f"fraction of {first['against']} (1 = at it)", 60), fontsize=7)
+        against = textwrap.fill(f"fraction of {first['against']} (1 = at it)", 60)
+        ax.set_xlabel(plain(against), fontsize=7)
     else:
         ax.set_xlabel("speed-up over the baseline (x, > 1 faster)", fontsize=7)
     ax.tick_params(axis="x", labelsize=7)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import textwrap
+from urllib.parse import quote
 
 import pandas as pd
 from matplotlib import colormaps
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 
 from kernel_lib.profiling.phases import PHASES
 from kernel_lib.report.findings import number
-from kernel_lib.report.markup import png_data_uri
+from kernel_lib.report.markup import href, markdown_text, plain, png_data_uri
 
 PHASE_COLUMN = "profile.phases."
 TRACE_COLUMN = "profile.trace"
@@ -67,11 +68,11 @@ def phases_figure(rows: pd.DataFrame, labels: list[str]) -> Figure:
         for name, ms in split(row).items():
             if not whole or not math.isfinite(ms):
                 continue
-            label = None if name in shown else name
+            label = None if name in shown else plain(name)
             ax.barh(y, ms / whole, left=left, color=COLOURS.get(name, "#444"), label=label)
             left += ms / whole
             shown.add(name)
-    ax.set_yticks(range(len(rows)), [textwrap.shorten(t, 60) for t in labels], fontsize=7)
+    ax.set_yticks(range(len(rows)), [plain(textwrap.shorten(t, 60)) for t in labels], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("share of a profiled call (profiled after timing)", fontsize=8)
     if shown:
@@ -97,8 +98,9 @@ def findings_phases(records: pd.DataFrame) -> str:
     if rows.empty:
         return f"### Where the time goes\n\n{NONE}"
     lines = [
-        f"- `{r['headline']}` ({r.get('implementation')}): {_phase_text(r)}; "
-        f"[trace]({r[TRACE_COLUMN]}) (Perfetto, chrome://tracing)"
+        f"- {markdown_text(r['headline'])} ({markdown_text(r.get('implementation'))}): "
+        f"{markdown_text(_phase_text(r))}; [trace]({quote(str(r[TRACE_COLUMN]))}) "
+        "(Perfetto, chrome://tracing)"
         for _, r in rows.iterrows()
     ]
     figure = phases_figure(rows, [_label(r) for _, r in rows.iterrows()])
@@ -118,7 +120,7 @@ def report_phases_html(records: pd.DataFrame) -> str:
     items = "".join(
         f"<li><code>{html.escape(r['headline'])}</code> ({html.escape(str(r.get('implementation')))}"
         f"): {html.escape(_phase_text(r))}; "
-        f'<a href="{html.escape(r[TRACE_COLUMN])}">trace</a></li>'
+        f"{href(str(r[TRACE_COLUMN]), 'trace')}</li>"
         for _, r in rows.iterrows()
     )
     figure = phases_figure(rows, [_label(r) for _, r in rows.iterrows()])

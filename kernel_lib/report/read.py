@@ -1,6 +1,6 @@
 """A report folder read back: its run.json and its records (a repeated report: the aggregate over
 its runs), checked by `reportfiles` so that a damaged file stops a rebuild before anything is
-written."""
+written (a file or report folder that is a link, a FIFO or a device among them)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def report_records(
     if not records.empty:
         return records
     table = folder / "results.csv"
-    records = read_table(table) if table.exists() else pd.DataFrame()
+    present = table.exists() or table.is_symlink()  # a link, even a dangling one: refused
+    records = read_table(table) if present else pd.DataFrame()
     return records if len(records.columns) else pd.DataFrame(columns=["notebook", "status"])
 
 

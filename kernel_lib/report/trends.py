@@ -1,8 +1,9 @@
 """Headline trends for the gallery's panels, from the results store (kernel_lib.history.store):
 per headline key, its value in each run of each platform (the ratio, else the fraction of a
 ceiling; per record, where a platform measured the key at several shapes), drawn by `panels`
-under the key's bars with x = the run's date; a black diamond where torch, the device or the
-allocator changed from the platform's run before, named in the caption. A store that is missing
+under the key's bars with x = the run's date; a black diamond where torch, the device, the
+allocator or the lock (the environment against its lock file) changed from the platform's run
+before, named in the caption (a value a run did not record is no change). A store that is missing
 or cannot be read leaves the panels without trends (and one line where it cannot be read): the
 gallery never fails for it."""
 
@@ -16,14 +17,15 @@ import pandas as pd
 
 from kernel_lib.history import store
 from kernel_lib.params import ParameterError
+from kernel_lib.report.markup import plain
 
-CHANGES = ("torch", "device", "allocator")  # a mark where one of these changed
+CHANGES = ("torch", "device", "allocator", "lock")  # a mark where one of these changed
 COLUMNS = ["key", "platform", "record_id", "date", "value", "measure", "folder", *CHANGES]
 
 
 def trend_rows(path: Path) -> pd.DataFrame:
     """One row per headline record of each run: key, platform, record_id, date, value, and the
-    run's torch, device and allocator."""
+    run's CHANGES."""
     runs = {r["run_id"]: r for r in store.runs(path)}
     rows = []
     for rec in store.records(path, list(runs)):
@@ -47,11 +49,15 @@ def trend_rows(path: Path) -> pd.DataFrame:
 
 
 def changes(line: pd.DataFrame) -> list[tuple[pd.Timestamp, float, str]]:
-    """(date, value, what changed) where torch, the device or the allocator differ from the row
-    before."""
+    """(date, value, what changed) where one of CHANGES differs from the row before (both
+    recorded: a run before the lock was recorded has none)."""
     out = []
     for before, now in zip(line.to_dict("records"), line.to_dict("records")[1:]):
-        changed = [f"{c} {before[c]} -> {now[c]}" for c in CHANGES if before[c] != now[c]]
+        changed = [
+            f"{c} {before[c]} -> {now[c]}"
+            for c in CHANGES
+            if pd.notna(before[c]) and pd.notna(now[c]) and before[c] != now[c]
+        ]
         if changed:
             out.append((now["date"], now["value"], "; ".join(changed)))
     return out
@@ -64,7 +70,7 @@ def draw_trend(ax, rows: pd.DataFrame) -> list[str]:
     for (platform, _), line in rows.groupby(["platform", "record_id"], sort=False):
         several = rows[rows["platform"] == platform]["record_id"].nunique() > 1
         label = f"{platform} {line['record_id'].iloc[0].split('/')[-1]}" if several else platform
-        ax.plot(line["date"], line["value"], marker="o", ms=3, lw=1, label=label)
+        ax.plot(line["date"], line["value"], marker="o", ms=3, lw=1, label=plain(label))
         for date, value, what in changes(line):
             ax.plot([date], [value], marker="D", color="k", ms=5)
             caption.append(f"trend, {label} {date:%Y-%m-%d %H:%M}: {what}")

@@ -8,6 +8,7 @@ import contextlib
 import os
 
 from kernel_lib import allocator
+from kernel_lib.locks import lock_state
 from kernel_lib.params import ROOT, ParameterError, Plan
 from kernel_lib.platform import device_facts
 from kernel_lib.records import NOTEBOOK_ENV
@@ -66,5 +67,12 @@ def kernel_allocator(plan: Plan) -> dict:
 
 
 def environment(plan: Plan) -> dict:
-    """run.json's `environment`: the device facts and the notebook kernels' allocator."""
-    return {**device_facts().as_dict(), "allocator": allocator.describe(plan.allocator)}
+    """run.json's `environment`: the device facts, the notebook kernels' allocator and the lock
+    their Python's environment was installed from, with each package that differs from it."""
+    state = lock_state()
+    return {
+        **device_facts().as_dict(),
+        "allocator": allocator.describe(plan.allocator),
+        "lock": state.label,
+        **({"lock_differs": list(state.differs)} if state.differs else {}),
+    }

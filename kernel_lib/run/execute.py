@@ -1,11 +1,11 @@
 """One notebook executed by papermill in a fresh kernel, and its outcome.
 
 Each notebook ends `ok`, `failed` (cell and error line), `timed out`, `kernel died`, `stopped`
-(Ctrl-C, or the device plan's time budget: the sections it finished keep their records, which
-`Suite.run` saves as each ends), or `skipped` (it ran cleanly and every record it saved is skipped:
-its hardware is absent). A cell that raises does not stop its notebook: the cells after it still
-run, so one failed check or crashed section costs neither the other sections' figures nor the
-records (the last cell saves them); the notebook is `failed` with its first error.
+(Ctrl-C, SIGTERM, or the device plan's time budget: the sections it finished keep their records,
+which `Suite.run` saves as each ends), or `skipped` (it ran cleanly and every record it saved is
+skipped: its hardware is absent). A cell that raises does not stop its notebook: the cells after
+it still run, so one failed check or crashed section costs neither the other sections' figures
+nor the records (the last cell saves them); the notebook is `failed` with its first error.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _stopped(output: Path, nb) -> tuple[str, str]:
     results = output.with_name(output.stem + RESULTS_SUFFIX)
     saved = len(json.loads(results.read_text())) if results.exists() else 0
     return STOPPED, (
-        f"SIGINT (Ctrl-C or its time budget) in cell {cells}: "
+        f"SIGINT or SIGTERM (Ctrl-C, a kill or its time budget) in cell {cells}: "
         f"the {saved} records of the sections it finished are kept"
     )
 
@@ -160,8 +160,9 @@ def execute(
     progress: bool = True,
 ) -> NotebookResult:
     """Execute one notebook with its working directory set to the report folder, every cell even
-    after one raises (nbclient's allow_errors; papermill raises at the end). Ctrl-C (SIGINT) stops
-    it: `stopped`, with what it saved (the caller stops the run there)."""
+    after one raises (nbclient's allow_errors; papermill raises at the end). Ctrl-C (SIGINT, or
+    SIGTERM under the CLI: kernel_lib.interrupts) stops it: `stopped`, with what it saved (the
+    caller stops the run there)."""
     error, stopped = None, False
     sockets = tempfile.TemporaryDirectory(prefix="kernel-workbook-", ignore_cleanup_errors=True)
     try:

@@ -8,6 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import nbformat
 
 from kernel_lib import OUTPUTS
 from kernel_lib.params import ROOT, ParameterError
@@ -20,9 +23,23 @@ MAX_WORKERS = 4
 PARALLEL = ("-n", "auto", "--maxprocesses", str(MAX_WORKERS), "--dist", "loadfile")
 
 
+def readable(notebook: Path) -> None:
+    """ParameterError (one line naming it) unless `notebook` reads as nbval reads it (nbformat,
+    version 4) and is a valid notebook: a damaged one is not handed to pytest."""
+    try:
+        nbformat.validate(nbformat.read(notebook, as_version=4))
+    except (ValueError, AttributeError, KeyError, TypeError, nbformat.ValidationError) as err:
+        why = str(err).partition(": '")[0].splitlines()  # not nbformat's preview of the text
+        raise ParameterError(
+            f"{notebook} is damaged ({why[0][:100] if why else type(err).__name__}): `run` "
+            "remakes the report"
+        ) from None
+
+
 def check(platform: str, only: str | None = None) -> int:
     """nbval's exit code for the notebooks of outputs/<platform> (`only`: a comma-separated
-    subset); ParameterError (nothing run) for a report or notebook that is not there."""
+    subset); ParameterError (nothing run) for a report or notebook that is not there, or a
+    damaged notebook (`readable`)."""
     reports = sorted(
         p.name for p in OUTPUTS.iterdir() if p.is_dir() and not p.name.startswith(".")
     )
@@ -42,6 +59,8 @@ def check(platform: str, only: str | None = None) -> int:
         if not names or set(names) - set(have):
             raise ParameterError(f"--only {only!r}: a comma-separated list among {have}")
         notebooks = [nb for nb in notebooks if nb.stem in names]
+    for nb in notebooks:
+        readable(nb)
     work = ROOT / ".cache" / "nbval" / platform
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

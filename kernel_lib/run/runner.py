@@ -5,7 +5,8 @@ The report folder is held and staged by kernel_lib.outdir: the runner replaces o
 one run at a time per folder, and an interrupted or failed run leaves the previous report untouched.
 A notebook that fails keeps the earlier run's results in the report, marked stale. Runs are never
 lost (`refuse_loss`): a run onto a repeated report keeps its runs or is refused naming `--repeat`,
-and a run onto another platform's or device's report is refused unless told `replace`.
+and a run onto another platform's or device's report is refused unless told `replace` (which
+replaces the whole report: none of its notebooks are carried into the new one).
 """
 
 from __future__ import annotations
@@ -199,15 +200,16 @@ def _run(
     kernel_name: str,
     progress: bool,
     run_suffix: str = "",
+    replace: bool = False,
 ) -> list[NotebookResult]:
     """`run_plan` in a folder already held. `run_suffix` ends the run id (the runs of
-    `run_repeated` say which they are)."""
+    `run_repeated` say which they are); `replace`: nothing of the report there is carried."""
     started = dt.datetime.now(dt.timezone.utc)
     git = git_revision()
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
     identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
     results = []
-    with staged(out_dir) as (staging, previous):
+    with staged(out_dir, fresh=replace) as (staging, previous):
         earlier = {r["notebook"]: r for r in previous.get("notebooks", [])}
         # read by save_records: results go into the report being staged (a notebook's own
         # `results_dir` parameter is for runs by hand: load_plan refuses it); each kernel
@@ -305,17 +307,18 @@ def run_repeated(
     time), as full reports `out_dir/run-1/` ... `run-<repeat>/`; `out_dir` gets the aggregate
     (kernel_lib.report.aggregate: the median of the runs' medians and their spread). repeat == 1 is
     `run_plan` into `out_dir` itself. Staged and swapped in as a whole, like one run; refused
-    (`refuse_loss`, unless `replace`) and failing like `run_plan`."""
+    (`refuse_loss`) and failing like `run_plan`. `replace`: the report there is replaced whole,
+    none of its notebooks' files carried into the new one."""
     kernel_env = kernel_allocator(plan)  # refused before anything runs
     out_dir = Path(out_dir).resolve()
     options = {"kernel_name": kernel_name, "progress": progress}
     with owned(out_dir):
         refuse_loss(plan, out_dir, repeat, replace)
         if repeat == 1:
-            return _run(plan, out_dir, kernel_env, **options)
+            return _run(plan, out_dir, kernel_env, **options, replace=replace)
         started = dt.datetime.now(dt.timezone.utc)
         results = []
-        with staged(out_dir, repeat) as (staging, _):
+        with staged(out_dir, repeat, fresh=replace) as (staging, _):
             for index in range(1, repeat + 1):
                 print(f"run {index}/{repeat}", file=sys.stderr, flush=True)
                 folder, suffix = staging / f"{RUN_PREFIX}{index}", f"-{RUN_PREFIX}{index}"

@@ -9,7 +9,8 @@ NOT_NEEDED = {
     "jupyterlab",
     "ruff",
     "pytest-xdist",
-}  # headless notebooks, no lint, tests one at a time
+    "uv",
+}  # headless notebooks, no lint, tests one at a time, the locks made from .venv
 
 
 def _pins(name: str) -> dict:

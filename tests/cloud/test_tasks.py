@@ -13,6 +13,7 @@ from kernel_lib.__main__ import main
 from kernel_lib.cloud import jobs
 from kernel_lib.cloud.tasks import JOB_PREFIX, MANUAL, RESULTS, TARGETS, task_config, task_yaml
 from kernel_lib.params import ParameterError, list_platforms
+from tests.cloud.test_collect import HOSTILE_URLS
 
 
 def test_every_target_is_a_platform_file():
@@ -50,6 +51,16 @@ def test_tpu_task_sets_up_the_xla_environment_with_its_runtime():
 def test_bad_input_is_refused_before_any_launch(kwargs, match):
     with pytest.raises(ParameterError, match=match):
         task_config(**kwargs)
+
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+def test_launch_refuses_a_bucket_url_a_shell_would_read(tmp_path, monkeypatch, capsys, url):
+    monkeypatch.chdir(tmp_path)
+    argv = ["cloud", "launch", "--platforms", "ci", "--bucket", url, "--dry-run"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --bucket {url!r} must be a bucket URL"), err
+    assert err.count("\n") == 1 and sorted(tmp_path.iterdir()) == []
 
 
 HOSTILE = "x;touch pwned $(touch pwned2) `touch pwned3` *"

@@ -1,7 +1,10 @@
 """The fused C expert kernel against the fp64 loop over experts, bf16: odd shapes (row tiles,
 vector lanes and K pairs with tails), empty experts, all tokens on one expert, capacity drops,
 expert choice, the clamped SwiGLU past its limits; wrong packing or a wrong activation fails the check; skipped with a reason where
-it cannot run."""
+it cannot run. Its arguments (tests/c_worker.py): over shapes, routers, NaN rows and damaged
+operands (x's dtype, device, strides, width; routing's experts, tokens, counts, indices and
+weights; the experts' dtypes), every case is the fp64 loop's answer or one clear exception, in a
+worker process that no case may kill."""
 
 import pytest
 import torch
@@ -16,12 +19,28 @@ from kernel_lib.moe.fused_c import dispatch_fused_c, fused_unavailable
 from kernel_lib.moe.routing import route_expert_choice
 from kernel_lib.moe.strategies import unavailable
 from kernel_lib.moe.tolerances import TOLERANCES
+from tests.c_worker import KINDS, alone, compare, damaged, module_worker
 from tests.moe.conftest import as_fp64, make_experts, random_routing
 
 BF16 = torch.bfloat16
 RTOL = TOLERANCES[("forward", "bfloat16")].value
 REASON = fused_unavailable(torch.zeros(1, 16, dtype=BF16), make_experts(1, 16, 16, dtype=BF16))
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"{REASON}")
+CASES = 200
+DAMAGES = {
+    "x": (*KINDS, "float32", "D+1"),
+    "routing": ("tuple",),
+    "routing.num_experts": (64,),  # routed to 64 experts where E exist
+    "routing.num_tokens": ("T+1",),
+    "routing.token_idx": ("meta", "list", "int32", "T", -1, 2**40),
+    "routing.expert_idx": ("meta", "int32", "E", -1),
+    "routing.weight": ("meta", "list", "one short"),
+    "routing.counts": ("meta", "int32", "one short", "one more", "one moved"),
+    "experts.w_in": ("meta", "strided", "float32"),
+    "experts.w_out": ("meta", "strided", "float32"),
+}
+
+worker = module_worker("tests.moe.test_fused_c")
 
 
 def _error(x, routing, experts) -> float:
@@ -130,3 +149,103 @@ def test_unavailable_says_why(monkeypatch, tmp_path):
             assert fused_unavailable(x, ex) == "fused_c needs a CPU with AVX512-BF16"
     finally:
         fused_c._library.cache_clear()
+
+
+@st.composite
+def cases(draw) -> dict:
+    experts = draw(st.integers(1, 6))
+    kinds = [(name, kind) for name, some in DAMAGES.items() for kind in some]
+    return dict(
+        tokens=draw(st.integers(0, 40)),
+        # D >= 16 outputs a token: the activations' bf16 rounding, relative to each product of
+        # the second GEMM, stays within RTOL of the largest (smaller D: the odd-shape test)
+        hidden=draw(st.integers(16, 40)),
+        ffn=draw(st.integers(1, 40)),
+        experts=experts,
+        top_k=draw(st.integers(1, experts)),
+        activation=draw(st.sampled_from(sorted(fused_c.ACTIVATIONS))),
+        router=draw(st.sampled_from(["top_k", "capacity", "expert_choice"])),
+        capacity=draw(st.integers(0, 20)),
+        nan=draw(st.booleans()),
+        threads=draw(st.integers(1, 3)),
+        seed=draw(st.integers(0, 2**16)),
+        damage=draw(st.lists(st.sampled_from(kinds), max_size=2, unique_by=lambda d: d[0])),
+    )
+
+
+def _damaged_index(v, kind, case):
+    """v (A,) or (E,) one short, or its first entry set to `kind` (T, E: the bound; one more;
+    one moved: from the last, the same sum), or damaged() as a whole."""
+    if kind in KINDS or kind == "int32":
+        return damaged(v, kind)
+    if not len(v):
+        return v  # nothing to break
+    if kind == "one short":
+        return v[:-1]
+    v = v.clone()
+    if kind == "one moved":
+        v[-1] -= 1
+    if kind in ("one more", "one moved"):
+        v[0] += 1
+    else:
+        v[0] = {"T": case["tokens"], "E": case["experts"]}.get(kind, kind)
+    return v
+
+
+def prepare(case: dict):
+    """The case's experts, routing (one of three routers) and x (a NaN row where asked), then
+    its damage; dispatch_fused_c of them and the check against the fp64 loop."""
+    torch.set_num_threads(case["threads"])
+    gen = torch.Generator().manual_seed(case["seed"])
+    t, d, e, damage = case["tokens"], case["hidden"], case["experts"], dict(case["damage"])
+    ex = _experts(e, d, case["ffn"], case["activation"])
+    routed = damage.get("routing.num_experts", e)
+    routing = random_routing(t, routed, case["top_k"], seed=case["seed"])
+    if case["router"] == "capacity":
+        routing = apply_capacity(routing, case["capacity"])
+    elif case["router"] == "expert_choice":
+        routing = route_expert_choice(
+            torch.randn(t, routed, generator=gen), capacity=case["capacity"]
+        )
+    x = torch.randn(t, d, generator=gen).to(BF16)
+    if case["nan"] and t:
+        x[case["seed"] % t] = float("nan")
+    for name, kind in damage.items():
+        field = name.rpartition(".")[2]
+        if name == "x":
+            x = torch.randn(t, d + 1).to(BF16) if kind == "D+1" else damaged(x, kind)
+        elif name.startswith("experts."):
+            weight = damaged(getattr(ex, field), kind)
+            setattr(ex, field, torch.nn.Parameter(weight, requires_grad=False))
+        elif name == "routing.num_tokens":
+            routing = routing._replace(num_tokens=t + 1)
+        elif name.startswith("routing.") and name != "routing.num_experts":
+            routing = routing._replace(
+                **{field: _damaged_index(getattr(routing, field), kind, case)}
+            )
+    passed = tuple(routing) if "routing" in damage else routing
+
+    def check(out):
+        return compare(out, dispatch_loop(x.double(), passed, as_fp64(ex)), BF16, RTOL)
+
+    return lambda: dispatch_fused_c(x, passed, ex), check
+
+
+@needs_kernel
+@settings(max_examples=CASES, deadline=None)
+@given(case=cases())
+def test_every_case_is_right_or_one_clear_error(case, worker):
+    worker.check(case)
+
+
+@needs_kernel
+@pytest.mark.parametrize("router", ["top_k", "expert_choice"])
+@pytest.mark.parametrize(
+    "case",
+    alone(
+        dict(tokens=29, hidden=24, ffn=40, experts=4, top_k=2, activation="swiglu_clamped"),
+        DAMAGES,
+    ),
+)
+def test_each_damage_alone_is_right_or_one_clear_error(case, router, worker):
+    worker.check(dict(case, router=router, capacity=9, nan=True, threads=2, seed=0))

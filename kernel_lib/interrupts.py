@@ -1,0 +1,56 @@
+"""Ctrl-C and SIGTERM, one way to stop: a command treats SIGTERM as Ctrl-C (a KeyboardInterrupt,
+so the same clean stop path: one line, exit 130), and a few steps cannot be cut in two by either
+(`deferred`: the report swap's two renames). Signal handlers run in the main thread only; in
+another thread both are no-ops."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt("SIGTERM") during the block, as Ctrl-C raises one."""
+    if not _main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def deferred():
+    """The block runs whole: a Ctrl-C or SIGTERM arriving in it is acted on (by the handler it
+    would have met) once the block has ended."""
+    # A handler, not pthread_sigmask: the mask is per thread, and a signal that another thread
+    # takes still runs its Python handler in the main thread, inside the block.
+    before = {s: signal.getsignal(s) for s in STOPS} if _main_thread() else {}
+    before = {s: h for s, h in before.items() if h is not None}  # None: a handler set in C
+    if not before:
+        yield
+        return
+    caught: list[int] = []
+    for signum in before:
+        signal.signal(signum, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
