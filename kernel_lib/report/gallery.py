@@ -182,7 +182,7 @@ sizes is listed apart, below the platforms). Ratios are baseline /
 subject per interleaved round, median, with a 95 % interval (&gt; 1: the subject is faster); a
 repeated report shows the median over its runs. Under a panel's bars, where the results store
 (<code>python -m kernel_lib history</code>) holds the headline from two runs or more: its trend
-over the runs, a black diamond where torch, the device or the allocator changed; under it, where
+over the runs, a black diamond where torch, the device, the allocator or the lock changed; under it, where
 reports were profiled, where the time goes: each platform's phases of a profiled call. Rebuilt from
 records by <code>python -m kernel_lib report</code>.</p>
 <h2>Platforms</h2>{listing_html}
