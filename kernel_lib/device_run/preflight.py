@@ -18,6 +18,7 @@ import torch
 
 from kernel_lib.checks import relative_error
 from kernel_lib.device_run import wheels
+from kernel_lib.locks import canonical
 from kernel_lib.platform import detect_platform, device_facts
 
 # The topics' modules are imported inside the items that use them: one that fails to import on
@@ -45,7 +46,7 @@ def packages() -> str:
     found = {}
     for dist in importlib.metadata.distributions():  # sys.path order: the first one imports
         if dist.metadata["Name"]:  # a broken install's folder has none
-            found.setdefault(wheels.canonical(dist.metadata["Name"]), dist)
+            found.setdefault(canonical(dist.metadata["Name"]), dist)
     missing = [n for n in pinned if n not in found]
     if missing:
         raise RuntimeError(f"not installed: {', '.join(missing)}")

@@ -36,14 +36,14 @@ def _constraints(lock: Lock, root: Path) -> Path | None:
     it may pin apart, as uv's -c file (relative to the root, so that the lock's annotations name
     the same file wherever it is made); None for the first lock."""
     before = list(LOCKS)[: list(LOCKS).index(lock.name)]
+    if not before:
+        return None
     pins = {}
     for name in reversed(before):
         if lock_path(LOCKS[name], root).exists():
             pins |= {
                 n: public(p.version) for n, p in read_lock(lock_path(LOCKS[name], root)).items()
             }
-    if not before:
-        return None
     path = WORK / f"{lock.name}.constraints.txt"
     (root / path).parent.mkdir(parents=True, exist_ok=True)
     lines = [f"{n}=={v}" for n, v in sorted(pins.items()) if not _free(lock, n)]
