@@ -5,6 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KERNEL := kernel-workbook
 PLATFORM ?=
+# PLUGINS="mod path/to/kernels.py": your kernels timed beside ours (docs/plugins.md)
+PLUGINS ?=
+export PLUGINS
 STAMP := $(VENV)/.installed
 PURELIB = $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
 # Compiled kernels (flex_attention, torch.compile) persist here between runs: seconds instead of ~30 s.
@@ -51,7 +54,7 @@ ifneq ($(filter gcp-tpu-% xla-cpu,$(PLATFORM)),)
 report: xla-report
 else
 report: setup
-	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(ONLY),--only $(ONLY)) $(if $(REPLACE),--replace)
+	$(PY) -m kernel_lib run $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(ONLY),--only $(ONLY)) $(if $(REPLACE),--replace) $(if $(PLUGINS),-p "plugins=[$$(printf '%s' "$$PLUGINS" | tr -s ' ' ,)]")
 endif
 
 # Two revisions compared, their runs interleaved (docs/revisions.md); B=WORKTREE: the working tree.

@@ -158,6 +158,7 @@ def _bench_under_allocator(args, plan) -> int:
         plan.platform,
     ]
     command += [arg for p in args.param for arg in ("-p", p)] + (["--json"] if args.json else [])
+    command += [arg for p in args.plugin for arg in ("--plugin", p)]
     command += [OTHER_DEVICE] if args.other_device else []
     with kernel_environment(kernel_allocator(plan)):
         return subprocess.run(command).returncode
@@ -167,9 +168,12 @@ def cmd_bench(args) -> int:
     from kernel_lib.records import stamp, summary_table, to_dicts  # CLI start-up
 
     module_name, notebook = TOPICS[args.topic]
+    overrides = dict(parse_override(p) for p in notebook_params(args.param))
+    if args.plugin:
+        overrides["plugins"] = [*overrides.get("plugins", []), *args.plugin]
     plan = load_plan(
         _platform(args.platform),
-        overrides=dict(parse_override(p) for p in notebook_params(args.param)),
+        overrides=overrides,
         here=True,
         other_device=args.other_device,
     )
@@ -315,6 +319,14 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--platform", help="parameters/<platform>.yaml (default: detected)")
     bench.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     bench.add_argument("--json", action="store_true", help="print the records as a JSON list")
+    bench.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module name or .py path whose @kernel functions are timed beside ours "
+        "(docs/plugins.md); repeatable",
+    )
     bench.add_argument(OTHER_DEVICE, action="store_true", help=OTHER_DEVICE_HELP)
     bench.set_defaults(func=cmd_bench)
 

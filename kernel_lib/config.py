@@ -16,6 +16,9 @@ import math
 
 import torch
 
+from kernel_lib.plugins.loading import PARAM as PLUGINS
+from kernel_lib.plugins.loading import load as load_plugins
+
 DTYPES = {
     "float64": torch.float64,
     "float32": torch.float32,
@@ -167,6 +170,8 @@ def largest_needs(cases, prefix: str) -> dict[str, float]:
 
 def from_params(cls, params: dict, *, prefix: str):
     """`cls(**{field: params[prefix + field]})` for each init field of the dataclass `cls`;
-    fields the notebook does not pass keep their defaults."""
+    fields the notebook does not pass keep their defaults. The `plugins` every notebook takes
+    are imported first, so their kernels are registered before the first section."""
+    load_plugins(params.get(PLUGINS, []))
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     return cls(**{n: params[prefix + n] for n in names if prefix + n in params})

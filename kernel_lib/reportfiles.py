@@ -46,12 +46,22 @@ class Profile(_Traced, total=False):
     overhead: float  # profiled / timed median
 
 
+class PluginSource(TypedDict):  # kernel_lib.plugins.registry.provenance
+    slot: str
+    name: str
+    module: str | None
+    file: str | None
+    sha256: str
+    revision: str | None
+
+
 # A saved record has every field of Record, typed as annotated there (its profile: Profile), but
 # for the run_id that the readers only show as saved. A field without a default must be there,
 # and so must the record_id that save_records stamps: records are matched by it.
 RECORD_TYPES = {
     **{k: v for k, v in typing.get_type_hints(Record).items() if k != "run_id"},
     "profile": Profile | None,
+    "plugin": PluginSource | None,
 }
 _NO_DEFAULT = {
     f.name: ""

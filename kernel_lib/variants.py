@@ -116,7 +116,12 @@ def choose(
     `variant` (None when none ran) and metrics.variant_source says "cached" or "measured". A
     tuned variant slower than the plain `comparator` (the whole 95 % interval of their ratio
     beyond 1) is flagged: its tuning does not pay on this machine."""
-    ok = {r.implementation: r for r in records if r.status == "ok" and r.implementation in among}
+    # a user's kernel (kernel_lib.plugins) is timed beside the variants, never chosen among them
+    ok = {
+        r.implementation: r
+        for r in records
+        if r.status == "ok" and r.implementation in among and r.plugin is None
+    }
     ran = tuple(ok)  # the cache key: a candidate that was skipped or wrong before is measured
     choice = cached_choice(kernel, case, facts, ran)
     source = "cached"

@@ -124,3 +124,16 @@ def workbook(tmp_path_factory):
         "workbook:\n  notebooks: [good, raises, sleeps, exits, absent, wrong]\n  cell_timeout_s: 30\nn: 21\n"
     )
     return root
+
+
+@pytest.fixture
+def plugin_registry():
+    """kernel_lib.plugins' registry emptied for one test and restored after it: the test's
+    `@kernel`s are the only plug-ins its sections see."""
+    from kernel_lib.plugins import REGISTRY
+
+    saved = dict(REGISTRY)
+    REGISTRY.clear()
+    yield REGISTRY
+    REGISTRY.clear()
+    REGISTRY.update(saved)

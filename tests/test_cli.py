@@ -67,6 +67,8 @@ FAST = {
     "device": ["probe_compile=false", "compile_mlp=false", "min_time_s=0.001"],
     "fp8": ["fp8_min_time_s=0.001"],
 }
+# fp8 runs with the acceptance plug-ins (docs/plugins.md): the W8A16 one in every weight-only case
+PLUGINS = {"fp8": ("tests/plugin_kernels.py", "my_w8a16", "weight_only")}
 
 
 @pytest.mark.slow
@@ -78,6 +80,8 @@ def test_bench_json_records_are_checked_stamped_and_matchable(topic):
     argv = ["bench", topic, "--platform", "ci", "--json"] + [
         a for p in FAST[topic] for a in ("-p", p)
     ]
+    module, plugin, section = PLUGINS.get(topic, (None, None, None))
+    argv += ["--plugin", str(ROOT / module)] if module else []
     # started as `bench` starts itself under the platform's allocator: one process, not two
     with kernel_environment(kernel_allocator(params.load_plan("ci"))):
         proc = subprocess.run(
@@ -87,7 +91,13 @@ def test_bench_json_records_are_checked_stamped_and_matchable(topic):
     rows = json.loads(proc.stdout)
     assert {r["platform"] for r in rows} == {"ci"}
     notebook = cli.TOPICS[topic][1] or f"backend_{NOTEBOOK_BACKEND[detect_backend()]}"
-    _assert_checked_and_matchable(rows, notebook)
+    theirs = [r for r in rows if r["plugin"]]
+    _assert_checked_and_matchable([r for r in rows if not r["plugin"]], notebook)
+    if plugin:  # ok, with a ratio, in every case of its slot; its records name its file
+        cases = {(r["case"], str(r["shape"])) for r in rows if r["case"].startswith(section)}
+        assert {(r["case"], str(r["shape"])) for r in theirs} == cases
+        assert all(r["implementation"] == plugin and r["status"] == "ok" for r in theirs)
+        assert all(r["ratio_vs_baseline"] and r["plugin"]["file"] for r in theirs)
 
 
 # `kernel_lib check --platform reference` saves the records of the notebooks it re-executes in

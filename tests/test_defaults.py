@@ -15,6 +15,7 @@ import pytest
 from kernel_lib.params import (
     HAND_RUN_ONLY,
     NOTEBOOKS_DIR,
+    SHARED,
     _type_ok,
     config_class,
     documented_notebooks,
@@ -47,7 +48,7 @@ def disagreements(notebook: str, directory=None) -> list[str]:
     values = notebook_defaults(notebook, directory)
     out = []
     for name, spec in declared.items():
-        if name in HAND_RUN_ONLY:
+        if name in HAND_RUN_ONLY + SHARED:
             continue
         if name not in fields:
             out.append(f"{name}: not a config field")
@@ -104,7 +105,7 @@ def test_every_config_field_is_a_parameter_of_its_notebooks(cls):
 
 
 def test_the_hand_run_parameters_are_declared_alike_in_every_notebook():
-    for name in HAND_RUN_ONLY:
+    for name in HAND_RUN_ONLY + SHARED:
         specs = {nb: notebook_parameters(nb)[name] for nb in list_notebooks()}
         assert len({repr(s) for s in specs.values()}) == 1, specs
 

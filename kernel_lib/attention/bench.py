@@ -2,8 +2,9 @@
 attention, then every pattern through the chosen compiled flex, each SDPA backend,
 FlashAttention-2/3 and the naive reference (candidates.py), all checked then timed in one
 interleaved `measure.check_then_time` per case (causal also through flex's FLASH backend,
-FlashAttention-4, where it can run); forward + backward of causal (the window and sequence-length
-sweeps: bench_sweeps.py). Returns records only.
+FlashAttention-4, where it can run), each `attention.forward` plug-in beside them (its call
+`fn(q, k, v, pattern)`, `pattern` the case's PatternConfig); forward + backward of causal (the
+window and sequence-length sweeps: bench_sweeps.py). Returns records only.
 
 Legend: B batch, H heads, S sequence length, D head dim.
 A record's ratio_vs_baseline is over the fastest SDPA backend of the same compare (the variants:
@@ -33,6 +34,7 @@ from kernel_lib.attention.candidates import (
     flex_call,
     flex_grads,
     plain_candidate,
+    plugin_candidates,
     variant_name,
 )  # fmt: skip
 from kernel_lib.attention.checks import backward_check, forward_check
@@ -158,9 +160,9 @@ def forward_case(
 ) -> list[rec.Record]:
     """Forward of `config`: compiled flex (`variant`), with `flex_flash` flex through its FLASH
     backend too (`variant`'s tile; skipped with the reason where it cannot run), every SDPA
-    backend, FlashAttention-2/3 and naive, each checked against the fp64 reference at this
-    shape, then timed interleaved; ratios over the best SDPA backend. Plus flex's first-call
-    record when this case compiled it."""
+    backend, FlashAttention-2/3, naive and the plug-ins, each checked against the fp64
+    reference at this shape, then timed interleaved; ratios over the best SDPA backend. Plus
+    flex's first-call record when this case compiled it."""
     qkv = make_qkv(shape, device=facts.device, seed=0)
     check = forward_check(config, *qkv)
     needed, dense = attention_flops(config, shape)
@@ -185,6 +187,7 @@ def forward_case(
             )
         )
     candidates += baseline_candidates(config, shape, qkv, check, flops=needed)
+    candidates += plugin_candidates(qkv, config, check, flops=needed)
     this = Case(TOPIC, case, shape.as_dict(), shape.dtype, FORWARD)
     out = check_then_time(this, candidates, facts=facts, **timing_options(cfg, progress, case))
     out = with_metrics(
@@ -201,8 +204,9 @@ def backward_case(
     variant: FlexVariant,
     progress: bool = False,
 ) -> list[rec.Record]:
-    """Forward + backward (dq, dk, dv of sum(out * grad_out)) of flex, every SDPA backend and
-    naive, checked against fp64 reference gradients; flex has no CPU backward (skipped)."""
+    """Forward + backward (dq, dk, dv of sum(out * grad_out)) of flex, every SDPA backend, naive
+    and the plug-ins registered with backward=True (the others skipped), checked against fp64
+    reference gradients; flex has no CPU backward (skipped)."""
     shape = cfg.shape()
     qkv = make_qkv(shape, device=facts.device, seed=0, requires_grad=True)
     grad_out = make_qkv(shape, device=facts.device, seed=1)[0]
@@ -221,6 +225,7 @@ def backward_case(
         among=(*SDPA_BACKENDS, NAIVE),
         grad_out=grad_out,
     )
+    candidates += plugin_candidates(qkv, config, check, grad_out=grad_out, flops=needed * factor)
     this = Case(TOPIC, config.name, shape.as_dict(), shape.dtype, BACKWARD)
     out = check_then_time(
         this, candidates, facts=facts, **timing_options(cfg, progress, f"{config.name} bwd")

@@ -1,8 +1,10 @@
 """Inference attention benchmarks: GQA/MQA decode, multi-token decode and cross-attention
 through compiled flex and each SDPA backend, a paged KV cache against the same flex call on a
-contiguous cache, and a KV-length sweep of decode.
-Every candidate is checked against the fp64 reference at its timed shape, then timed
-interleaved (`measure.check_then_time`); returns records only.
+contiguous cache, and a KV-length sweep of decode, each `attention.forward` plug-in beside
+them (eager): fn(q, k, v, shape) in a decode case (`pattern` its DecodeShape: `mask`, `docs`),
+fn(q, k_pool, v_pool, cache) in the paged one (`pattern` the PagedCache: `block_table`,
+`page_size`, `kv_len`). Every candidate is checked against the fp64 reference at its timed
+shape, then timed interleaved (`measure.check_then_time`); returns records only.
 
 Legend: B batch, Hq / Hkv query / key-value heads, Lq query positions, Lk (L) key positions,
 D head dim. Decode and paged flex use `page_size` as the key tile, so the paged and contiguous
@@ -20,7 +22,7 @@ from tqdm import tqdm
 from kernel_lib import records as rec
 from kernel_lib.attention import bench
 from kernel_lib.attention.baselines import SDPA_BACKENDS, sdpa_attention
-from kernel_lib.attention.candidates import FLEX, TOPIC
+from kernel_lib.attention.candidates import FLEX, TOPIC, plugin_candidates
 from kernel_lib.attention.checks import tolerance
 from kernel_lib.attention.config import AttentionBenchConfig
 from kernel_lib.attention.decode import (
@@ -87,9 +89,9 @@ def decode_case(
     section: str,
     progress: bool = False,
 ) -> list[rec.Record]:
-    """Compiled flex and every SDPA backend (enable_gqa; the mask as attn_mask where one is
-    needed) on one shape, checked against the fp64 reference, timed interleaved; ratios over
-    the best SDPA backend."""
+    """Compiled flex, every SDPA backend (enable_gqa; the mask as attn_mask where one is
+    needed) and the plug-ins on one shape, checked against the fp64 reference, timed
+    interleaved; ratios over the best SDPA backend."""
     q, k, v = make_inputs(shape, device=facts.device, seed=0)
     check = decode_check(shape, q, k, v)
     work = {"flops": flops(shape), "bytes": kv_bytes(shape)}
@@ -111,6 +113,7 @@ def decode_case(
         )
         for b in SDPA_BACKENDS
     ]
+    candidates += plugin_candidates((q, k, v), shape, check, **work)
     graphs = compiled_graphs()
     this = Case(TOPIC, case, shape.as_dict(), shape.dtype, bench.FORWARD)
     out = bench.vs_best_sdpa(
@@ -164,9 +167,10 @@ def paged_case(
     cfg: AttentionBenchConfig, *, facts: DeviceFacts, progress: bool = False
 ) -> list[rec.Record]:
     """One-token GQA decode over a paged cache (pages shuffled in a pool with spare pages):
-    flex over the pool through the block table, flex after gathering the pages, and the same
-    flex call on the contiguous cache (the baseline), all checked against the fp64 reference
-    of the contiguous cache. Declares the headline: paged vs contiguous."""
+    flex over the pool through the block table, flex after gathering the pages, the same flex
+    call on the contiguous cache (the baseline) and the plug-ins over the pool, all checked
+    against the fp64 reference of the contiguous cache. Declares the headline: paged vs
+    contiguous."""
     shape = decode_shapes(cfg)["gqa_decode"]
     q, k, v = make_inputs(shape, device=facts.device, seed=0)
     cache = page_cache(k, v, page_size=cfg.page_size)
@@ -181,6 +185,7 @@ def paged_case(
         Candidate(
             FLEX, partial(flex_decode, q, k, v, shape, block_size=cfg.page_size), check, **work
         ),
+        *plugin_candidates((q, cache.k_pool, cache.v_pool), cache, check, **work),
     ]
     this = Case(TOPIC, "paged_gqa_decode", shape.as_dict(), shape.dtype, bench.FORWARD)
     out = check_then_time(

@@ -1,8 +1,8 @@
 """The attention candidates: each path of a case (compiled flex as a variant, through its FLASH
 backend, each SDPA backend, FlashAttention-2/3, the naive reference, the plain compiled
-comparator) as a call raising `Unsupported` where it cannot run, and flex's first call as a
-record of mode `first_call` carrying the check of that call's output. bench.py's sections check
-then time them.
+comparator; a user's `attention.forward` kernel, kernel_lib.plugins, eager) as a call raising
+`Unsupported` where it cannot run, and flex's first call as a record of mode `first_call`
+carrying the check of that call's output. bench.py's sections check then time them.
 
 Legend: B batch, H heads, S sequence length, D head dim.
 """
@@ -35,6 +35,7 @@ from kernel_lib.attention.shapes import AttentionShape
 from kernel_lib.checks import Unsupported
 from kernel_lib.measure import Candidate, Case
 from kernel_lib.platform import DeviceFacts
+from kernel_lib.plugins import Plugin, registered
 
 TOPIC = "attention"
 FLEX = "flex_attention_compiled"
@@ -43,6 +44,8 @@ FLASH_VERSIONS = ("flash_attn_2", "flash_attn_3")
 NAIVE = "attention_naive"
 PLAIN = "attention_naive_compiled"  # the plain comparator of the tuned flex
 FIRST_CALL = "first_call"
+SLOT = "attention.forward"  # the plug-ins' slot (kernel_lib.plugins.SLOTS)
+FORWARD_ONLY = "declared forward only: @kernel(..., backward=True) to time its backward"
 
 
 def raise_unsupported(reason: str):
@@ -158,6 +161,25 @@ def baseline_candidates(
         for name, call in baseline_calls(config, shape, qkv[0]).items()
         if among is None or name in among
     ]
+
+
+def plugin_candidates(qkv, pattern, check, *, grad_out=None, **fields) -> list[Candidate]:
+    """Every `attention.forward` plug-in called eager as fn(q, k, v, pattern) on qkv, with the
+    built-ins' `check` (its cached reference): forward, or with `grad_out` forward + backward
+    where registered with backward=True (else skipped: FORWARD_ONLY)."""
+    return [_plugin(p, qkv, pattern, check, grad_out, fields) for p in registered(SLOT)]
+
+
+def _plugin(p: Plugin, qkv, pattern, check, grad_out, fields: dict) -> Candidate:
+    if grad_out is not None and not p.backward:
+        fn = partial(raise_unsupported, FORWARD_ONLY)
+    else:
+        fn = _timed(partial(_plugin_call, p.fn, pattern=pattern), qkv, grad_out)
+    return Candidate(p.name, fn, check, plugin=p.source, **fields)
+
+
+def _plugin_call(fn, q, k, v, *, pattern):
+    return fn(q, k, v, pattern)
 
 
 def flex_grads(qkv, grad_out, config: PatternConfig, variant: FlexVariant):

@@ -1,8 +1,10 @@
 """Roofline measurements: GEMM FLOP rate over a size sweep (each size's dtypes interleaved, fp32
-the baseline), memory bandwidth by copy and triad. Every timed output is checked first."""
+the baseline; each `backend.matmul` plug-in, kernel_lib.plugins, beside them, over torch_mm of
+its dtype), memory bandwidth by copy and triad. Every timed output is checked first."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 
@@ -14,8 +16,9 @@ from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.target import TOPIC, Target, is_lazy
 from kernel_lib.checks import Check, Unsupported
 from kernel_lib.config import DTYPES
-from kernel_lib.measure import Candidate, Case, check_then_time
+from kernel_lib.measure import Candidate, Case, check_then_time, with_baseline
 from kernel_lib.platform import DeviceFacts, datasheet_for
+from kernel_lib.plugins import registered
 from kernel_lib.records import Record, with_datasheet, with_peak
 
 # A GEMM is checked on a block of its output: every row and column up to these counts, beyond
@@ -23,6 +26,8 @@ from kernel_lib.records import Record, with_datasheet, with_peak
 # so the block sees the whole reduction while the fp64 reference stays cheap at any n.
 CHECK_ROWS, CHECK_COLS = 64, 256
 CHECK_ELEMENTS = 2**22  # copy/triad/transfer checks: all elements up to this, else evenly spaced
+MM = "torch_mm"
+SLOT = "backend.matmul"  # the plug-ins' slot (kernel_lib.plugins.SLOTS)
 
 
 def spread(n: int, k: int) -> torch.Tensor:
@@ -89,43 +94,54 @@ def gemm_operands(n: int, dtype: str, device: str, *, seed: int = 0, outputs: in
     return memory.allocate(make, nbytes=(2 + outputs) * n * n * dt.itemsize, device=device)
 
 
-def _gemm_candidate(target: Target, n: int, dtype: str) -> Candidate | Record:
-    shape = {"M": n, "N": n, "K": n}
+def _gemm_candidates(target: Target, n: int, dtype: str) -> tuple[Candidate | Record, list]:
+    """(torch_mm of one size and dtype, the plug-ins called eager as fn(a, b) on the same
+    operands with the same check); skipped alike where the operands do not fit."""
+    shape, plugins = {"M": n, "N": n, "K": n}, registered(SLOT)
     try:
         a, b, c = gemm_operands(n, dtype, target.facts.device)
     except Unsupported as why:
-        return target.skip("gemm", "torch_mm", str(why), dtype=dtype, shape=shape)
-    return Candidate(
-        "torch_mm",
-        lambda: mm(a, b, c),
-        gemm_check(a, b, tolerances.GEMM[dtype]),
-        flops=2.0 * n**3,
-        bytes=3.0 * n * n * DTYPES[dtype].itemsize,
-        dtype=dtype,
-    )
+        skip = partial(target.skip, "gemm", reason=str(why), dtype=dtype, shape=shape)
+        return skip(MM), [dataclasses.replace(skip(p.name), plugin=p.source) for p in plugins]
+    check = gemm_check(a, b, tolerances.GEMM[dtype])  # one cached reference for all
+    work = {"flops": 2.0 * n**3, "bytes": 3.0 * n * n * DTYPES[dtype].itemsize, "dtype": dtype}
+    theirs = [
+        Candidate(p.name, partial(p.fn, a, b), check, plugin=p.source, **work) for p in plugins
+    ]
+    return Candidate(MM, lambda: mm(a, b, c), check, **work), theirs
+
+
+def _with_ratios(records: list[Record], baseline: str | None) -> list[Record]:
+    """The records of one size: ours with their ratio over `baseline` (None: none), each
+    plug-in's over torch_mm of its own dtype (both from the same interleaved rounds)."""
+    ours = [r for r in records if r.plugin is None]
+    ours = with_baseline(ours, baseline) if baseline else ours
+    mm_of = {r.dtype: r for r in ours}
+    return ours + [with_baseline([mm_of[r.dtype], r], MM)[1] for r in records if r.plugin]
 
 
 def gemm_sweep(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> list[Record]:
     """Square `torch.mm(a, b, out=c)` per n, all swept dtypes interleaved at each n: FLOPs 2n^3,
     bytes 3n^2 elements (each operand moved once). With float32 swept, the other dtypes get
-    ratio_vs_baseline against it. A size that does not fit is skipped; the sweep goes on."""
+    ratio_vs_baseline against it; the plug-ins follow in the same compare. A size that does not
+    fit is skipped; the sweep goes on."""
     if not target.present:
-        return [target.absent("gemm", "torch_mm")]
+        return [target.absent("gemm", MM)]
     dtypes = sorted(cfg.gemm_dtypes, key=lambda d: d != "float32")  # the baseline first
-    baseline = "torch_mm" if dtypes[0] == "float32" else None
+    baseline = MM if dtypes[0] == "float32" else None
     records = []
     for n in cfg.gemm_sizes:
         case = Case(TOPIC, "gemm", {"M": n, "N": n, "K": n})
-        candidates = [_gemm_candidate(target, n, d) for d in dtypes]
-        records += check_then_time(
+        ours, theirs = zip(*(_gemm_candidates(target, n, d) for d in dtypes))
+        timed = check_then_time(
             case,
-            candidates,
+            [*ours, *(p for plugins in theirs for p in plugins)],
             facts=target.facts,
-            baseline=baseline,
             min_time_s=cfg.min_time_s,
             progress=f"gemm n={n}" if progress else None,
         )
-        del candidates  # free this size's operands before the next size's are sized
+        records += _with_ratios(timed, baseline)
+        del ours, theirs  # free this size's operands before the next size's are sized
     return records
 
 

@@ -84,9 +84,10 @@ def capabilities(target: Target, cfg: BackendBenchConfig) -> Table:
 
 
 def roof(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> Table:
-    """Section 3: the GEMM sweep and copy/triad bandwidth, with their measured and datasheet
-    ceilings; the headline BF16_GEMM is the bf16 GEMM against fp32 at the largest swept n
-    (whatever its status), where both dtypes are swept."""
+    """Section 3: the GEMM sweep (the `backend.matmul` plug-ins in it) and copy/triad
+    bandwidth, with their measured and datasheet ceilings; the headline BF16_GEMM is our bf16
+    GEMM against fp32 at the largest swept n (whatever its status), where both dtypes are
+    swept."""
     records = roofline.gemm_sweep(target, cfg, progress=progress)
     records += roofline.bandwidth(target, cfg, progress=progress)
     records = roofline.with_ceilings(records, target.facts)
@@ -95,7 +96,12 @@ def roof(target: Target, cfg: BackendBenchConfig, *, progress: bool = False) -> 
         records = _declared(
             records,
             BF16_GEMM,
-            lambda r: r.case == "gemm" and r.dtype == "bfloat16" and r.shape == largest,
+            lambda r: (
+                r.case == "gemm"
+                and r.dtype == "bfloat16"
+                and r.shape == largest
+                and r.plugin is None
+            ),
         )
     return show(records)
 

@@ -42,7 +42,12 @@ def cmd_launch(args) -> int:
         )
     configs = {
         p: tasks.task_config(
-            p, bucket=args.bucket, repeat=args.repeat, spot=args.spot, only=_names(args.only)
+            p,
+            bucket=args.bucket,
+            repeat=args.repeat,
+            spot=args.spot,
+            only=_names(args.only),
+            plugins=args.plugin,
         )
         for p in platforms
     }
@@ -105,6 +110,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     launch.add_argument("--repeat", type=int, default=1, metavar="N", help="as `run --repeat`")
     launch.add_argument("--only", help="comma-separated notebook names, as `run --only`")
+    launch.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a .py file in this checkout or a module name, timed beside ours (docs/plugins.md); "
+        "repeatable",
+    )
     launch.add_argument(
         "--spot",
         action="store_true",

@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
 from kernel_lib.config import short_repr
 from kernel_lib.params import ROOT, ParameterError, load_plan
+from kernel_lib.plugins.loading import is_path, resolved
 
 RESULTS = "/results"  # where the bucket is mounted on the VM
 BUCKET_SCHEMES = ("gs://", "s3://")
@@ -83,7 +85,7 @@ make {setup} PLATFORM="$PLATFORM"
 # the job's exit status is make's. REPLACE: the checkout's committed report of this platform (in
 # git, made on another machine or with other runs) gives way to the job's.
 RUN = """\
-make report PLATFORM="$PLATFORM" REPEAT="$REPEAT" ONLY="$ONLY" REPLACE=1
+make report PLATFORM="$PLATFORM" REPEAT="$REPEAT" ONLY="$ONLY" PLUGINS="$PLUGINS" REPLACE=1
 status=$?
 if [ -d "outputs/$PLATFORM" ]; then
   mkdir -p "$RESULTS/$PLATFORM" && cp -r "outputs/$PLATFORM/." "$RESULTS/$PLATFORM/"
@@ -118,6 +120,24 @@ def check_bucket(bucket: str, option: str = "--bucket") -> str:
     return bucket.rstrip("/")
 
 
+def carried(plugins: list[str]) -> list[str]:
+    """`cloud launch --plugin`s as the job's checkout holds them: a .py path inside this checkout
+    (the job's workdir) relative to it, a module name as it is; ParameterError naming a path
+    that is not there or lies outside the checkout (imported on the VM, not here: no torch)."""
+    out = []
+    for spec in resolved(plugins):
+        if is_path(spec):
+            path = Path(spec)
+            if not path.is_file() or not path.is_relative_to(ROOT):
+                raise ParameterError(
+                    f"--plugin {short_repr(spec)}: a .py file inside this checkout (the job's "
+                    "workdir), or a module name"
+                )
+            spec = path.relative_to(ROOT).as_posix()
+        out.append(spec)
+    return out
+
+
 def task_config(
     platform: str,
     *,
@@ -125,9 +145,11 @@ def task_config(
     repeat: int = 1,
     spot: bool = False,
     only: list[str] | None = None,
+    plugins: list[str] = (),
 ) -> dict:
     """The SkyPilot task (as its YAML mapping) that runs `platform`'s report and copies it into
-    `bucket` (gs:// or s3://; None: no mount, for --dry-run and local runs)."""
+    `bucket` (gs:// or s3://; None: no mount, for --dry-run and local runs), timing `plugins`
+    (`carried`) beside ours."""
     spec = target(platform)
     if only:
         load_plan(platform, only=only)  # names a notebook the platform does not run: fails here
@@ -148,6 +170,7 @@ def task_config(
             "PLATFORM": platform,
             "REPEAT": str(repeat),
             "ONLY": ",".join(only or []),
+            "PLUGINS": " ".join(carried(list(plugins))),
             "RESULTS": RESULTS,
             "TORCH_INDEX_URL": spec.torch_index or "",
         },

@@ -18,8 +18,35 @@ def _only_counts(c: Comparison) -> tuple[int, int]:
     return len(set(a) - set(b)), len(set(b) - set(a))
 
 
+def _code(rows: list[dict]) -> set[str]:
+    return {r["plugin"]["sha256"] for r in rows if (r.get("plugin") or {}).get("sha256")}
+
+
+def code_changed(c: Comparison) -> list[dict]:
+    """Per user's kernel (kernel_lib.plugins: slot, name) of the records both sides ran, its code
+    (file's or cell's SHA-256) on each side, where they differ."""
+    a, b = _by_key(c.a), _by_key(c.b)
+    changed: dict[tuple[str, str], tuple[set, set]] = {}
+    for key in sorted(set(a) & set(b)):
+        code_a, code_b = _code(a[key]), _code(b[key])
+        if code_a and code_b and code_a != code_b:
+            plugin = a[key][-1]["plugin"]
+            seen = changed.setdefault((plugin["slot"], plugin["name"]), (set(), set()))
+            seen[0].update(code_a)
+            seen[1].update(code_b)
+    return [
+        {"slot": slot, "name": name, "a": sorted(in_a), "b": sorted(in_b)}
+        for (slot, name), (in_a, in_b) in changed.items()
+    ]
+
+
 def _header(c: Comparison) -> list[str]:
     lines = [f"A: {run.describe()}" for run in c.a] + [f"B: {run.describe()}" for run in c.b]
+    lines += [
+        f"Your code changed: {e['slot']} {e['name']} ran sha256 {', '.join(e['a'])} in A, "
+        f"{', '.join(e['b'])} in B: a difference may come from it."
+        for e in code_changed(c)
+    ]
     locks = {
         side: {r.lock or "no lock named" for r in runs} for side, runs in (("A", c.a), ("B", c.b))
     }
@@ -163,6 +190,8 @@ def to_json(c: Comparison) -> dict:
         "metrics": _records(c.metrics),
         "exit_code": c.exit_code,
     }
+    if changed := code_changed(c):
+        out["code_changed"] = changed
     if c.cross_platform:
         only_a, only_b = _only_counts(c)
         out.update(

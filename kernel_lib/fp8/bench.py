@@ -20,7 +20,9 @@ from kernel_lib.fp8.candidates import (
     bf16_candidate,
     copy_candidate,
     fp8_candidates,
+    fp8_check,
     host,
+    linear_plugins,
     quantize_candidates,
 )  # fmt: skip
 from kernel_lib.fp8.checks import TOLERANCES
@@ -58,16 +60,17 @@ def quantize_bandwidth(
     config: Fp8BenchConfig, facts: DeviceFacts, *, progress: bool = False
 ) -> list[rec.Record]:
     """Per size, one interleaved `compare`: fp32 `copy_` into a preallocated tensor (baseline,
-    checked dst == src) and every quantiser per granularity of fp32 (rows, 4096) -> linear_format
-    (checked bit-exact, bytes and scales, against the fp64 reference). Bytes: x read once + FP8
-    written once + scales (a two-pass kernel's re-read shows as lower GB/s); fraction_of_peak is
-    GB/s over the copy's GB/s. The variants (VARIANTS) are timed side by side and the one to use
-    here is chosen by measurement (`variants.choose`, cached per machine): the headline is that
-    one over copy at the largest size, for the first granularity."""
+    checked dst == src) and every quantiser per granularity of fp32 (rows, 4096) -> linear_format,
+    the `fp8.quantize` plug-ins' too (checked bit-exact, bytes and scales, against the fp64
+    reference). Bytes: x read once + FP8 written once + scales (a two-pass kernel's re-read shows
+    as lower GB/s); fraction_of_peak is GB/s over the copy's GB/s. The variants (VARIANTS) are
+    timed side by side and the one to use here is chosen by measurement (`variants.choose`,
+    cached per machine; never a plug-in): the headline is that one over copy at the largest
+    size, for the first granularity."""
     fmt, records, headline = config.linear_format, [], None
     torch.manual_seed(config.seed)
     for size in tqdm(config.quant_mib, disable=not progress, desc="quantize bandwidth"):
-        rows = max(1, size * 2**20 // 4 // QUANT_K)
+        rows = max(1, int(size * 2**20) // 4 // QUANT_K)  # a size may be a fraction
         x = torch.randn(rows, QUANT_K, device=facts.device)
         dst, out = (
             torch.empty_like(x),
@@ -76,7 +79,7 @@ def quantize_bandwidth(
         case = Case(TOPIC, "quantize", {"MiB": size, "rows": rows, "K": QUANT_K}, dtype="float32")
         candidates = [copy_candidate(x, dst)]
         for gran in config.quant_granularities:
-            for name, c in quantize_candidates(facts, gran, fmt, x, out).items():
+            for name, c in quantize_candidates(facts, gran, fmt, x, out):
                 candidates.append(_skip(case, name, c, facts) if isinstance(c, str) else c)
         got = check_then_time(
             case,
@@ -119,11 +122,12 @@ def linear_speed(
 ) -> list[rec.Record]:
     """Forward of an n x n x n linear per n (x: (n, n) bf16, W: (n, n)) in one interleaved
     `compare`: bf16 `F.linear` (baseline, against fp64), per recipe the FP8 paths of
-    `fp8_candidates`, and the comparators. FP8 paths are timed wherever `_scaled_mm` runs (a
-    CPU's oneDNN included: measured, whatever the device); where its probe raised they are
-    `skipped` with that reason. Timed records carry fraction_of_datasheet where the device has
-    a datasheet figure for their dtype (`bench_blocks.with_datasheets`). Headline: fp8_linear of
-    the first recipe (fp32 accumulation, no use_fast_accum) against bf16 at the largest n."""
+    `fp8_candidates` and the `fp8.linear` plug-ins (`linear_plugins`, checked alike), and the
+    comparators. FP8 paths are timed wherever `_scaled_mm` runs (a CPU's oneDNN included:
+    measured, whatever the device); where its probe raised ours are `skipped` with that reason.
+    Timed records carry fraction_of_datasheet where the device has a datasheet figure for their
+    dtype (`bench_blocks.with_datasheets`). Headline: fp8_linear of the first recipe (fp32
+    accumulation, no use_fast_accum) against bf16 at the largest n."""
     reason = scaled_mm_unsupported(facts.device)
     records = []
     for n in tqdm(config.gemm_sizes, disable=not progress, desc="linear speed"):
@@ -134,12 +138,14 @@ def linear_speed(
         candidates = [bf16_candidate(x, w, full, shape.flops)]
         fp8 = f"float8_{config.linear_format}"
         for recipe in config.recipes:
+            check = fp8_check(config, recipe, x, w)
             if reason is None:
-                candidates += fp8_candidates(config, recipe, x, w, facts)
-                continue
-            candidates += [
-                _skip(case, f"{path}_{recipe}", reason, facts, dtype=fp8) for path in FP8_PATHS
-            ]
+                candidates += fp8_candidates(config, recipe, x, w, facts, check)
+            else:
+                candidates += [
+                    _skip(case, f"{path}_{recipe}", reason, facts, dtype=fp8) for path in FP8_PATHS
+                ]
+            candidates += linear_plugins(config, recipe, x, w, check)
         for name, c in comparator_candidates(x, w, full).items():
             candidates.append(
                 c if isinstance(c, Candidate) else _skip(case, name, c, facts, dtype="float8")

@@ -2,8 +2,9 @@
 prefill rows of a Llama-style projection with per-output-channel scales, the first decode row count
 of a MoE expert's projection with 128 x 128 block scales) one interleaved `compare` of the bf16
 linear (baseline, the same weights rounded to bf16), a copy of the bf16 weight (the memory ceiling),
-dequantise-then-`F.linear` (the plain comparator) and the variants: Inductor's compile of it, the
-C conversion then `F.linear`, and the C kernel converting FP8 in registers inside the GEMM. The
+dequantise-then-`F.linear` (the plain comparator), the variants: Inductor's compile of it, the
+C conversion then `F.linear`, and the C kernel converting FP8 in registers inside the GEMM, and
+the `fp8.weight_only_linear` plug-ins (`fn(x, weight: Fp8Weight)`, checked as the variants). The
 variant used here is chosen by measurement per case (`variants.choose`); the headline is that
 one against bf16 at the first decode row count of the projection. Each timed call takes the next of
 `weight_copies` equal copies of the weights (twice the last-level cache in all), so that a weight
@@ -12,6 +13,7 @@ comes from memory, as in decoding, not from a cache it would fit in (a 4096 x 40
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -35,6 +37,7 @@ from kernel_lib.fp8.weight_only import (
 )  # fmt: skip
 from kernel_lib.measure import MIN_ROUNDS, Candidate, Case, check_then_time
 from kernel_lib.platform import DeviceFacts, last_level_cache_bytes
+from kernel_lib.plugins import registered
 from kernel_lib.variants import choose
 
 TOPIC = "fp8"
@@ -125,6 +128,7 @@ def _case(
         **_c_paths(facts, x, qws, w_bf16),
     }
     fp8_dtype = f"float8_{FORMAT}"
+    timed = {"check": check, "flops": shape.flops, "bytes": act + fp8_bytes, "dtype": fp8_dtype}
     for name, fn in paths.items():
         if isinstance(fn, str):
             candidates.append(
@@ -140,18 +144,17 @@ def _case(
                 )  # fmt: skip
             )
             continue
-        candidates.append(
-            Candidate(
-                name,
-                fn,
-                check=check,
-                flops=shape.flops,
-                bytes=act + fp8_bytes,
-                dtype=fp8_dtype,
-                metrics=fp8,
-            )  # fmt: skip
+        candidates.append(Candidate(name, fn, metrics=fp8, **timed))
+    return case, candidates + [
+        Candidate(
+            p.name,
+            _rotating(functools.partial(p.fn, x), qws),
+            metrics=fp8,
+            plugin=p.source,
+            **timed,
         )
-    return case, candidates
+        for p in registered("fp8.weight_only_linear")
+    ]
 
 
 def weight_only_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:

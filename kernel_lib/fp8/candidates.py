@@ -1,7 +1,8 @@
 """The fp8 sections' candidates: each timed path with its check at the timed shape and dtype. The
 baselines (an fp32 `copy_`, bf16 `F.linear` against fp64), the quantisers (bit-exact against the
-fp64 quantisation reference) and the FP8 linear paths (against the fp64 FP8 reference); bench.py's
-sections compare them."""
+fp64 quantisation reference) and the FP8 linear paths (against the fp64 FP8 reference), each beside
+the plug-ins of its slot (`fp8.quantize`, `fp8.linear`) checked alike; bench.py's sections compare
+them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from kernel_lib.fp8.scaling import Granularity, ScalingMode, scale_shape
 from kernel_lib.fp8.shapes import GemmShape
 from kernel_lib.measure import Candidate
 from kernel_lib.platform import DeviceFacts
+from kernel_lib.plugins import registered
 
 GPU = ("nvidia", "amd")
 
@@ -53,12 +55,21 @@ def _codes(q: Fp8Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.data.view(torch.uint8), q.scale
 
 
-def _exact_codes(reference) -> Callable[[Fp8Tensor], Check]:
-    """A check of an Fp8Tensor: its bytes and scales identical to those of `reference()`."""
+def _plugin_codes(out) -> tuple[torch.Tensor, torch.Tensor]:
+    """A plug-in quantiser's output, (data, scale) or an Fp8Tensor, as (bytes, scales)."""
+    data, scale = (out.data, out.scale) if isinstance(out, Fp8Tensor) else out
+    if data.element_size() != 1:
+        raise TypeError(f"a quantiser's data must be float8 (a byte a value), not {data.dtype}")
+    return data.view(torch.uint8), scale
+
+
+def _exact_codes(reference, codes: Callable = _codes) -> Callable[[object], Check]:
+    """A check of a quantiser's output: its bytes and scales (`codes`) identical to those of
+    `reference()`."""
     check = exact(
         lambda: _codes(reference()), reference="fp64 quantisation reference (bytes, scales)"
     )
-    return lambda q: check(_codes(q))
+    return lambda q: check(codes(q))
 
 
 def _quantizers(
@@ -121,24 +132,57 @@ VARIANTS = (
 
 def quantize_candidates(
     facts: DeviceFacts, gran: str, fmt: str, x: torch.Tensor, out: torch.Tensor
-) -> dict[str, Candidate | str]:
-    """`<quantiser>_<gran>` -> its candidate, or why it cannot run here: fp32 x -> `fmt` checked
-    bit-exact (bytes and scales) against the fp64 reference; bytes: x read once + FP8 written
-    once + scales."""
+) -> list[tuple[str, Candidate | str]]:
+    """(`<quantiser>_<gran>`, its candidate or why it cannot run here), then each `fp8.quantize`
+    plug-in's as `<name>_<gran>` (one case holds every granularity): fp32 x -> `fmt` checked
+    bit-exact (bytes and scales) against the one fp64 reference; bytes: x read once + FP8
+    written once + scales. A plug-in is called `fn(x, fmt, gran)`, both names as strings."""
     reference = functools.cache(lambda: quantize_reference(host(x), fmt=fmt, granularity=gran))
     written = 5.0 * x.numel() + 4.0 * math.prod(scale_shape(tuple(x.shape), Granularity(gran)))
-    return {
+    ours = {
         f"{name}_{gran}": fn
         if isinstance(fn, str)
         else Candidate(f"{name}_{gran}", fn, check=_exact_codes(reference), bytes=written)
         for name, fn in _quantizers(facts, gran, fmt, x, out).items()
     }
+    check = _exact_codes(reference, _plugin_codes)
+    theirs = [
+        Candidate(
+            f"{p.name}_{gran}",
+            functools.partial(p.fn, x, fmt, gran),
+            check=check,
+            bytes=written,
+            plugin=p.source,
+        )
+        for p in registered("fp8.quantize")
+    ]
+    return [*ours.items(), *((c.implementation, c) for c in theirs)]
+
+
+def fp8_check(
+    config: Fp8BenchConfig, recipe: str, x: torch.Tensor, w: torch.Tensor
+) -> Callable[[object], Check]:
+    """The check of every FP8 forward of x @ w.T in `recipe`, ours and the plug-ins': against
+    the fp64 FP8 reference of its granularity (computed once, at the first check) at its output
+    tolerance."""
+    fmt, shape = config.linear_format, GemmShape(x.shape[0], x.shape[1], w.shape[0])
+    gran = Fp8LinearConfig.from_recipe_name(recipe).recipe.granularity.value
+    reference = functools.cache(
+        lambda: fp8_linear_reference(host(x), host(w), fmt=fmt, granularity=gran)
+    )
+    label = f"fp64 FP8 reference ({fmt} {gran}) at M={shape.m} K={shape.k} N={shape.n}"
+    return against(reference, reference=label, tolerance=out_tolerance(gran, torch.bfloat16))
 
 
 def fp8_candidates(
-    config: Fp8BenchConfig, recipe: str, x: torch.Tensor, w: torch.Tensor, facts: DeviceFacts
+    config: Fp8BenchConfig,
+    recipe: str,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    facts: DeviceFacts,
+    check: Callable[[object], Check],
 ) -> list[Candidate]:
-    """The FP8 forward of x @ w.T (bf16 out), checked against the fp64 FP8 reference: the GEMM
+    """The FP8 forward of x @ w.T (bf16 out), checked by `check` (`fp8_check`): the GEMM
     alone on pre-quantised operands (fp32 accumulation, and `use_fast_accum=True` as a named
     twin), x quantised per call with W stored in FP8 (inference), and both quantised per call by
     Fp8Linear (training). The operands are quantised at the first call of a candidate, so a
@@ -155,10 +199,6 @@ def fp8_candidates(
         layer.weight.copy_(w)
     layer.weight.requires_grad_(False)  # forward only: no autograd graph in the timed call
     operands = functools.cache(lambda: (dynamic_quantize(x, lin), dynamic_quantize(w, lin)))
-    gran = lin.recipe.granularity.value
-    reference = functools.cache(
-        lambda: fp8_linear_reference(host(x), host(w), fmt=fmt, granularity=gran)
-    )
     paths = {
         "scaled_mm": lambda: scaled_mm(*operands(), out_dtype=torch.bfloat16),
         "scaled_mm_fast_accum": lambda: scaled_mm(
@@ -169,19 +209,40 @@ def fp8_candidates(
         ),
         "fp8_linear": lambda: layer(x),
     }
-    label = f"fp64 FP8 reference ({fmt} {gran}) at M={shape.m} K={shape.k} N={shape.n}"
     return [
         Candidate(
             f"{name}_{recipe}",
             fn,
             dtype=f"float8_{fmt}",
             flops=shape.flops,
-            check=against(
-                reference, reference=label, tolerance=out_tolerance(gran, torch.bfloat16)
-            ),
+            check=check,
             metrics={"use_fast_accum": name == "scaled_mm_fast_accum"},
         )
         for name, fn in paths.items()
+    ]
+
+
+def linear_plugins(
+    config: Fp8BenchConfig,
+    recipe: str,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    check: Callable[[object], Check],
+) -> list[Candidate]:
+    """Each `fp8.linear` plug-in as `<name>_<recipe>` (one case holds every recipe):
+    `fn(x, w, recipe)` -> x @ w.T in bf16, both quantised per call, checked as our FP8 paths of
+    `recipe` (`check`), whether or not `_scaled_mm` runs here."""
+    shape = GemmShape(x.shape[0], x.shape[1], w.shape[0])
+    return [
+        Candidate(
+            f"{p.name}_{recipe}",
+            functools.partial(p.fn, x, w, recipe),
+            check=check,
+            dtype=f"float8_{config.linear_format}",
+            flops=shape.flops,
+            plugin=p.source,
+        )
+        for p in registered("fp8.linear")
     ]
 
 

@@ -12,7 +12,8 @@ The strategies are the variants of one kernel: `variants.choose` picks the faste
 on this machine (cached per machine fingerprint, named in every record's `variant`), and that
 one is the headline. The plain path, `dispatch_loop` (index_select + mm + index_add per expert)
 under torch.compile for the forward, eager for forward + backward and the seed comparisons, is
-always timed beside them: a strategy slower than it is flagged.
+always timed beside them: a strategy slower than it is flagged. A user's `moe.dispatch` kernels
+(kernel_lib.plugins) are timed in the same compares (`compare_strategies`, presets), never chosen.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from kernel_lib.moe.candidates import (
     SEED,
     dense_candidate,
     layer_candidate,
+    plugin_candidates,
+    plugins_unsupported,
     seed_style_candidate,
     strategy_candidate,
     unsupported,
@@ -99,13 +102,15 @@ def chosen_headline(
     records: list[rec.Record], case: Case, facts: DeviceFacts, *, comparator: str, key: str
 ) -> list[rec.Record]:
     """`variants.choose` among the dispatch records of one compare (the plain comparator among
-    them; the other plain one, eager or compiled, is not a variant) and the chosen one declared
-    the headline `key`. Records unchanged but for `variant` when none ran."""
+    them; the other plain one, eager or compiled, is not a variant; nor is a plug-in, whatever
+    its name) and the chosen one declared the headline `key`. Records unchanged but for
+    `variant` when none ran."""
     plain = f"dispatch_{PLAIN}"
     among = tuple(
         r.implementation
         for r in records
         if r.implementation.startswith("dispatch_")
+        and r.plugin is None
         and (r.implementation == comparator or not r.implementation.startswith(plain))
     )
     choice, records = choose(
@@ -125,20 +130,21 @@ def compare_strategies(
     compiled=(),
     progress: str | None = None,
 ) -> tuple[Case, list[rec.Record]]:
-    """Dense pair and every strategy (eager, then compiled) on the case of `shape` in moe_dtype,
-    in one interleaved compare against `dense_gemm` (all skipped when the case does not fit):
-    the compare's case and its records."""
+    """Dense pair, every strategy (eager, then compiled) and every `moe.dispatch` plug-in on the
+    case of `shape` in moe_dtype, in one interleaved compare against `dense_gemm` (all skipped
+    when the case does not fit): the compare's case and its records."""
     names = [DENSE] + [f"dispatch_{s}" for s in strategies]
     names += [f"dispatch_{s}_compiled" for s in compiled]
     reason = memory_reason(shape, cfg.dtype, facts)
     if reason:
-        candidates = [unsupported(n, reason) for n in names]
+        candidates = [unsupported(n, reason) for n in names] + plugins_unsupported(reason)
     else:
         case = case_of(cfg, facts, shape)
         ref = functools.cache(functools.partial(reference_grads if backward else reference, case))
         candidates = [dense_candidate(case, backward=backward)]
         candidates += [strategy_candidate(s, case, backward=backward, ref=ref) for s in strategies]
         candidates += [strategy_candidate(s, case, compiled=True, ref=ref) for s in compiled]
+        candidates += plugin_candidates(case, backward=backward, ref=ref)
     measured = Case(TOPIC, case_name, shape.as_dict(), cfg.dtype, _mode(backward))
     records = check_then_time(
         measured,

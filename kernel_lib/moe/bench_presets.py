@@ -4,7 +4,8 @@ dispatch strategy against the dense GEMM pair with the same FLOPs, as records.
 Legend: T tokens, D model, F ffn, E experts, K top-k. Routing is the preset's own (scores,
 groups, renormalisation, scaling; gpt-oss's gate bias) on router logits x @ gate plus
 zipf_offsets(moe_preset_zipf); the dispatch candidates and the dense pair are candidates.py's,
-checked against the fp64 loop over experts on that routing. Only routed experts are timed: a
+checked against the fp64 loop over experts on that routing, and so are the `moe.dispatch`
+plug-ins (kernel_lib.plugins), timed in the same compare. Only routed experts are timed: a
 shared expert is one dense FFN on every token, the baseline's own kind of work.
 """
 
@@ -20,7 +21,14 @@ from kernel_lib.headlines import key as headline_key
 from kernel_lib.measure import Case, check_then_time
 from kernel_lib.moe.balancing import zipf_offsets
 from kernel_lib.moe.bench import TOPIC, WARMUP, chosen_headline, memory_reason, with_plain
-from kernel_lib.moe.candidates import DENSE, PLAIN, dense_candidate, strategy_candidate
+from kernel_lib.moe.candidates import (
+    DENSE,
+    PLAIN,
+    dense_candidate,
+    plugin_candidates,
+    plugins_unsupported,
+    strategy_candidate,
+)  # fmt: skip
 from kernel_lib.moe.cases import make_case, reference
 from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.presets import MoEPreset, preset, router_logits
@@ -70,9 +78,9 @@ def preset_metrics(model: MoEPreset) -> dict:
 
 def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]:
     """Per preset in moe_presets, scaled by moe_preset_scale: the dense pair and each of
-    moe_preset_strategies (eager forward, the plain loop among them) in one interleaved compare
-    against `dense_gemm` (case `preset_<name>`); the dispatch chosen here (bench.chosen_headline)
-    against it is the preset's headline."""
+    moe_preset_strategies (eager forward, the plain loop among them) and the `moe.dispatch`
+    plug-ins in one interleaved compare against `dense_gemm` (case `preset_<name>`); the
+    dispatch chosen here (bench.chosen_headline) against it is the preset's headline."""
     out, strategies = [], with_plain(cfg.preset_strategies)
     for name in cfg.presets:
         model = preset(name).scaled(cfg.preset_scale)
@@ -83,11 +91,13 @@ def section_presets(cfg: MoEBenchConfig, facts: DeviceFacts) -> list[rec.Record]
         if reason:
             ident = {"facts": facts, "dtype": what.dtype, "shape": what.shape, "mode": what.mode}
             candidates = [rec.skipped(TOPIC, what.case, n, reason, **ident) for n in names]
+            candidates += plugins_unsupported(reason)
         else:
             case = preset_case(cfg, facts, model)
             ref = functools.cache(functools.partial(reference, case))
             candidates = [dense_candidate(case)]
             candidates += [strategy_candidate(s, case, ref=ref) for s in strategies]
+            candidates += plugin_candidates(case, ref=ref)
         records = check_then_time(
             what,
             candidates,

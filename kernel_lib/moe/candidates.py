@@ -3,14 +3,16 @@
 
 Legend: T tokens, D model, F ffn, E experts, K top-k, A kept assignments. `dense_gemm` is the GEMM
 pair with a case's executed FLOPs ((A, D) @ (D, F) then (A, F) @ (F, D)), the strategies'
-baseline; `dispatch_<strategy>` one strategy, eager or compiled; `seed_style` the old system's
-fp32 training-mode forward; a layer type's preset (router, capacity, dispatch). bench.py's
-sections compare them.
+baseline; `dispatch_<strategy>` one strategy, eager or compiled; a user's `moe.dispatch` kernel
+(kernel_lib.plugins) under its own name, eager, checked as the strategies are; `seed_style` the
+old system's fp32 training-mode forward; a layer type's preset (router, capacity, dispatch).
+bench.py's sections compare them.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 
 import torch
@@ -24,21 +26,24 @@ from kernel_lib.moe.metrics import load_metrics
 from kernel_lib.moe.seed_style import SeedStyleMoE
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
+from kernel_lib.plugins import Plugin, registered
 from kernel_lib.profiling.phases import phase
 
 DENSE, SEED = "dense_gemm", "seed_style"
 PLAIN = "loop"  # the plain comparator's strategy: the obvious loop over experts
 # Weight gradients only (inputs need none): dW_out, dh, dW_in are 3 GEMMs after the forward's 2.
 BACKWARD_FLOPS = 2.5
+SLOT = "moe.dispatch"  # the plug-ins' slot (kernel_lib.plugins.SLOTS)
+FORWARD_ONLY = "declared forward only: @kernel(..., backward=True) to time its backward"
 
 
-def unsupported(implementation: str, reason: str) -> Candidate:
+def unsupported(implementation: str, reason: str, *, plugin: dict | None = None) -> Candidate:
     """A candidate that cannot run here: compare records it as skipped with `reason`."""
 
     def fn():
         raise Unsupported(reason)
 
-    return Candidate(implementation, fn, check=lambda out: out)
+    return Candidate(implementation, fn, check=lambda out: out, plugin=plugin)
 
 
 def _grads(forward, weights: list[torch.Tensor], grad_out: torch.Tensor):
@@ -82,6 +87,37 @@ def dense_candidate(case: MoECase, *, backward: bool = False) -> Candidate:
     return Candidate(DENSE, fn, check, flops=flops)
 
 
+def _experts(case: MoECase, backward: bool):
+    """The case's experts; with `backward` a copy of them whose weights take gradients."""
+    if backward:
+        return copy.deepcopy(case.feedforward).requires_grad_(True)
+    return case.feedforward
+
+
+def _dispatch_candidate(
+    implementation: str, forward, experts, case: MoECase, *, backward: bool, ref, plugin=None
+) -> Candidate:
+    """`forward()`, a dispatch of the case on `experts`: its output, or with `backward` the
+    gradients of `experts`' weights, checked against the fp64 loop over experts (`ref`: a
+    shared cached reference); the case's expert FLOPs."""
+    if backward:
+        fn = _grads(forward, [experts.w_in, experts.w_out], case.grad_out)
+        check = checks.against(
+            ref or functools.partial(reference_grads, case),
+            reference="fp64 loop over experts, autograd",
+            tolerance=tolerance("grads", case.dtype),
+        )
+    else:
+        fn = forward
+        check = checks.against(
+            ref or functools.partial(reference, case),
+            reference="fp64 loop over experts",
+            tolerance=tolerance("forward", case.dtype),
+        )
+    flops = case.flops() * (BACKWARD_FLOPS if backward else 1)
+    return Candidate(implementation, fn, check, flops=flops, plugin=plugin)
+
+
 def strategy_candidate(
     name: str, case: MoECase, *, backward: bool = False, compiled: bool = False, ref=None
 ) -> Candidate:
@@ -91,32 +127,54 @@ def strategy_candidate(
     reason = unavailable(name, case.x, case.feedforward, compiled=compiled, backward=backward)
     if reason:
         return unsupported(implementation, reason)
-    feedforward = case.feedforward
-    if backward:
-        feedforward = copy.deepcopy(feedforward).requires_grad_(True)
+    experts = _experts(case, backward)
 
     def forward():
-        return run_strategy(name, case.x, case.routing, feedforward, capacity=case.shape.capacity)
+        return run_strategy(name, case.x, case.routing, experts, capacity=case.shape.capacity)
 
     if compiled:
         # The loop's per-expert row counts are data: static shapes would recompile per count.
         forward = torch.compile(forward, dynamic=name == PLAIN)
-    weights = [feedforward.w_in, feedforward.w_out]
-    fn = _grads(forward, weights, case.grad_out) if backward else forward
+    return _dispatch_candidate(implementation, forward, experts, case, backward=backward, ref=ref)
+
+
+def _in_dtype(check, dtype: torch.dtype):
+    """`check`, refusing first an output that is not a tensor in `dtype` (the slot's contract)."""
+
+    def checked(out):
+        got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+        if got != dtype:
+            raise TypeError(f"returned {got}, not a (T, D) tensor in x.dtype {dtype}")
+        return check(out)
+
+    return checked
+
+
+def plugin_candidate(
+    plugin: Plugin, case: MoECase, *, backward: bool = False, ref=None
+) -> Candidate:
+    """A user's `moe.dispatch` kernel on one case, eager, checked as a strategy is (with
+    `backward`, only when it declared backward=True: else skipped)."""
+    if backward and not plugin.backward:
+        return unsupported(plugin.name, FORWARD_ONLY, plugin=plugin.source)
+    experts = _experts(case, backward)
+    forward = functools.partial(plugin.fn, case.x, case.routing, experts)
+    candidate = _dispatch_candidate(
+        plugin.name, forward, experts, case, backward=backward, ref=ref, plugin=plugin.source
+    )
     if backward:
-        check = checks.against(
-            ref or functools.partial(reference_grads, case),
-            reference="fp64 loop over experts, autograd",
-            tolerance=tolerance("grads", case.dtype),
-        )
-    else:
-        check = checks.against(
-            ref or functools.partial(reference, case),
-            reference="fp64 loop over experts",
-            tolerance=tolerance("forward", case.dtype),
-        )
-    flops = case.flops() * (BACKWARD_FLOPS if backward else 1)
-    return Candidate(implementation, fn, check, flops=flops)
+        return candidate
+    return dataclasses.replace(candidate, check=_in_dtype(candidate.check, case.x.dtype))
+
+
+def plugin_candidates(case: MoECase, *, backward: bool = False, ref=None) -> list[Candidate]:
+    """One candidate per plug-in registered in `moe.dispatch`, in the order registered."""
+    return [plugin_candidate(p, case, backward=backward, ref=ref) for p in registered(SLOT)]
+
+
+def plugins_unsupported(reason: str) -> list[Candidate]:
+    """Every `moe.dispatch` plug-in skipped with `reason` (the case does not fit)."""
+    return [unsupported(p.name, reason, plugin=p.source) for p in registered(SLOT)]
 
 
 def seed_style_candidate(case: MoECase, *, capacity_factor: float = 1.25) -> Candidate:

@@ -23,7 +23,7 @@ from kernel_lib.params.notebooks import (
     notebook_defaults,
     notebook_parameters,
 )
-from kernel_lib.params.plan import HAND_RUN_ONLY, Plan
+from kernel_lib.params.plan import HAND_RUN_ONLY, SHARED, Plan
 from kernel_lib.params.platform_files import (
     OTHER_DEVICE,
     PARAMETERS_DIR,
@@ -38,7 +38,7 @@ from kernel_lib.params.safe_yaml import parse_override
 
 __all__ = [
     "CONFIGS", "HAND_RUN_ONLY", "NOTEBOOKS_DIR", "OTHER_DEVICE", "PARAMETERS_DIR", "RESERVED",
-    "ROOT", "WORKBOOK_KEYS", "ParameterError", "Plan", "_type_ok", "check_platform",
+    "ROOT", "SHARED", "WORKBOOK_KEYS", "ParameterError", "Plan", "_type_ok", "check_platform",
     "config_class", "documented_notebooks", "list_notebooks", "list_platforms", "load_plan",
     "notebook_defaults", "notebook_parameters", "parameter_rows", "parameters_doc",
     "parse_override",

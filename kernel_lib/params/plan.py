@@ -11,6 +11,8 @@ from kernel_lib.params.notebooks import NOTEBOOKS_DIR, notebook_parameters
 # Notebook parameters for runs by hand (`papermill ... -p results_dir DIR`), never set by a platform
 # file or the runner's -p: the runner writes every notebook's results into its report folder.
 HAND_RUN_ONLY = ("results_dir",)
+# Parameters every notebook declares alike and no topic's config holds (kernel_lib.plugins)
+SHARED = ("plugins",)
 
 
 @dataclass(frozen=True)

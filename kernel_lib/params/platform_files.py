@@ -14,6 +14,8 @@ from kernel_lib.params.meaning import check_meaning
 from kernel_lib.params.notebooks import list_notebooks, notebook_folder, notebook_parameters
 from kernel_lib.params.plan import HAND_RUN_ONLY, Plan
 from kernel_lib.params.safe_yaml import load_yaml
+from kernel_lib.plugins.loading import PARAM as PLUGINS
+from kernel_lib.plugins.loading import PluginError, load, resolved
 
 PARAMETERS_DIR = ROOT / "parameters"
 RESERVED = "workbook"
@@ -173,11 +175,19 @@ def load_plan(
         notebooks = tuple(nb for nb in notebooks if nb in only)
     overrides = dict(overrides or {})
     _check_values(overrides, notebooks, "command line", notebooks_dir)
+    values = {**data, **overrides}
+    if PLUGINS in values:  # imported here, before anything runs: one line naming a bad one
+        try:
+            values[PLUGINS] = resolved(values[PLUGINS])
+            load(values[PLUGINS])
+        except PluginError as err:
+            where = "command line" if PLUGINS in overrides else source
+            raise ParameterError(f"{where}: {err}") from None
     plan = Plan(
         platform=platform,
         source=source,
         notebooks=notebooks,
-        values={**data, **overrides},
+        values=values,
         cell_timeout_s=timeout,
         description=str(settings.get("description", "")),
         notebooks_dir=notebook_folder(notebooks_dir),

@@ -54,6 +54,8 @@ class Record:
     # where the time went, profiled after timing (kernel_lib.profiling.capture): trace (relative
     # to the report), top ops, phases (ms per call), overhead (profiled / timed median)
     profile: dict | None = None
+    # a user's kernel (kernel_lib.plugins): its slot, name and the code that ran; None: ours
+    plugin: dict | None = None
     allocator: str | None = None  # the host malloc in effect (CPU: kernel_lib.allocator.in_effect)
     lock: str | None = None  # stamped when saved: the environment's lock (kernel_lib.locks)
     platform: str | None = None  # stamped when saved: parameter file name

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_lib.records import to_frame_with_verdict
+from kernel_lib.report.plugins import with_best_builtin
 from kernel_lib.reportfiles import notebook_records, read_run
 
 RUN_FILE = "run.json"  # as kernel_lib.outdir.RUN_FILE
@@ -134,7 +135,7 @@ def _aggregate_one(group: pd.DataFrame) -> dict:
     first = group.iloc[0]
     row = {c: first[c] for c in IDENTITY if c in group}
     for column in group.columns:
-        if column.startswith("shape."):
+        if column.startswith(("shape.", "plugin.")):
             row[column] = first[column]
     if "headline" in group and group["headline"].notna().any():
         row["headline"] = group["headline"].dropna().iloc[0]
@@ -162,6 +163,11 @@ def _aggregate_one(group: pd.DataFrame) -> dict:
         # the envelope of the runs' 95 % intervals: a verdict holds only if it held in every run
         row["ratio_low"] = _min_or_none(ok.get("ratio_low"))
         row["ratio_high"] = _max_or_none(ok.get("ratio_high"))
+    if "vs_best" in ok and ok["vs_best"].notna().any():  # a plug-in's, over each run's best
+        row["best_builtin"] = " / ".join(ok["best_builtin"].dropna().unique())
+        row["vs_best"] = float(ok["vs_best"].dropna().median())
+        row["vs_best_low"] = _min_or_none(ok["vs_best_low"])
+        row["vs_best_high"] = _max_or_none(ok["vs_best_high"])
     if "check.pass" in group and group["check.pass"].notna().any():
         row["check.pass"] = bool(group["check.pass"].dropna().astype(bool).all())
     if "flags" in group:
@@ -194,7 +200,7 @@ def aggregate_records(folder: str | Path) -> pd.DataFrame:
     `ratio_low`/`ratio_high` (the envelope of the runs' 95 % intervals), `check.pass` (in every
     run), `flags` (each prefixed with its run), and the `verdict` of that envelope (a verdict
     holds only if it held in every run)."""
-    records = run_records(folder)
+    records = with_best_builtin(run_records(folder))
     if records.empty:
         return pd.DataFrame(columns=[*IDENTITY, "status", "reason", "runs", "run_ids"])
     rows = [_aggregate_one(g) for _, g in records.groupby("record_id", sort=False)]

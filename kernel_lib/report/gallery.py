@@ -1,10 +1,11 @@
 """The gallery: `outputs/index.html` puts every report folder under outputs/ side by side. Its first
-screen lists the platforms, then each topic's declared headlines as small multiples, one panel per
-headline key with a bar per platform (each labelled with the dtype and shape it was measured at),
-then the same figures as a table. A check run at CI sizes (`outputs/reference`, the nbval
-reference set) is listed apart, under its own heading: its toy sizes time nothing worth a bar.
-Built from saved records and run.json files only, so `python -m kernel_lib report` rebuilds
-everything without running a notebook."""
+screen lists the platforms, then the user's kernels where a report timed any (`report.plugins`),
+then each topic's declared headlines as small multiples, one panel per headline key with a bar per
+platform (each labelled with the dtype and shape it was measured at), then the same figures as a
+table. A check run at CI sizes (`outputs/reference`, the nbval reference set) is listed apart,
+under its own heading: its toy sizes time nothing worth a bar. Built from saved records and
+run.json files only, so `python -m kernel_lib report` rebuilds everything without running a
+notebook."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from kernel_lib.report.findings import (
 from kernel_lib.report.markup import details, link, page, table, text
 from kernel_lib.report.pages import panels_html
 from kernel_lib.report.phases import gallery_phase_images
+from kernel_lib.report.plugins import gallery_section
 from kernel_lib.report.read import (
     REFERENCE_FOLDER,
     REFERENCE_PLATFORM,
@@ -187,6 +189,6 @@ reports were profiled, where the time goes: each platform's phases of a profiled
 records by <code>python -m kernel_lib report</code>.</p>
 <h2>Platforms</h2>{listing_html}
 {_check_runs(outputs, checks)}
-<h2>Headlines</h2>{headlines_html}"""
+{gallery_section(profiles)}<h2>Headlines</h2>{headlines_html}"""
     write_text(target, page(TITLE, body))
     return target

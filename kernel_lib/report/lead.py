@@ -1,5 +1,6 @@
-"""What an executed notebook found, put where a reader starts: a markdown cell after its title with
-the notebook's declared headlines (value, interval, baseline or ceiling, implementation, dtype and
+"""What an executed notebook found, put where a reader starts: a markdown cell after its title,
+led by a line per slot of the user's own kernels where it timed any (`report.plugins`), with the
+notebook's declared headlines (value, interval, baseline or ceiling, implementation, dtype and
 shape) and one plot of them. The runner inserts it from the records the notebook saved."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kernel_lib.report.findings import figure_text, headline_rows, measured_at, 
 from kernel_lib.report.markup import markdown_text, plain, png_data_uri
 from kernel_lib.report.panels import bar
 from kernel_lib.report.phases import findings_phases
+from kernel_lib.report.plugins import plugin_markdown
 
 TAG = "kernel-workbook-findings"  # the inserted cell's tag: replaced, never duplicated
 
@@ -43,10 +45,14 @@ def findings_figure(rows: pd.DataFrame) -> Figure:
 
 
 def findings_markdown(records: pd.DataFrame, platform: str) -> str:
-    """The cell's text: a table of the declared headlines and their plot (embedded)."""
-    rows = headline_rows(records, platform)
+    """The cell's text: the user's kernels (`plugin_markdown`, where any ran), then a table of
+    the declared headlines and their plot (embedded)."""
+    rows, yours = headline_rows(records, platform), plugin_markdown(records)
     if rows.empty:
-        return "## What this notebook found\n\nNo headline was declared (see the records below)."
+        return (
+            f"## What this notebook found\n\n{yours}No headline was declared (see the records "
+            "below)."
+        )
     table = pd.DataFrame(
         {
             "headline": rows["title"].map(markdown_text),
@@ -56,6 +62,7 @@ def findings_markdown(records: pd.DataFrame, platform: str) -> str:
     )
     return (
         f"## What this notebook found ({markdown_text(platform)})\n\n"
+        + yours
         + table.to_markdown(index=False)
         + f"\n\n![the declared headlines]({png_data_uri(findings_figure(rows))})\n\n"
         + findings_phases(records)

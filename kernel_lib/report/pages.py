@@ -1,8 +1,9 @@
 """A report folder's own pages: `index.html`, `SUMMARY.md` and `results.csv`, built from its saved
 records and the runner's `run.json` (never from rendered output). A page leads with what was found
-(the declared headlines as small multiples), then the notebooks, with the correctness summary,
-flags and environment below. A repeated report (`run --repeat N`) gets the same page over its
-aggregate, with its runs and the spread of every record."""
+(the user's kernels where any ran, `report.plugins`; the declared headlines as small multiples),
+then the notebooks, with the correctness summary, flags and environment below. A repeated report
+(`run --repeat N`) gets the same page over its aggregate, with its runs and the spread of every
+record."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from kernel_lib.report.findings import (
 from kernel_lib.report.markup import details, href, page, png_data_uri, table, text
 from kernel_lib.report.panels import COLOURS, panels
 from kernel_lib.report.phases import report_phases_html
+from kernel_lib.report.plugins import plugin_sections
 from kernel_lib.report.read import Report, read_report, report_folders
 
 LEGEND = (
@@ -138,6 +140,7 @@ def _single(folder: Path, run: dict, records: pd.DataFrame) -> Path:
     records.to_csv(folder / "results.csv", index=False)
     flags = _flags(run, records)
     head_html, correctness_html, sections_md = platform_sections(records, run["platform"])
+    yours_html, yours_md = plugin_sections(records)
     linked = table_.assign(
         report=[f"[html]({r}) · [ipynb]({r[:-5]}.ipynb)" for r in table_["report"]]
     )
@@ -150,6 +153,7 @@ def _single(folder: Path, run: dict, records: pd.DataFrame) -> Path:
             [
                 f"# Workbook report: {run['platform']}",
                 intro,
+                *([yours_md] if yours_md else []),
                 sections_md,
                 "## Notebooks\n\n" + linked.to_markdown(index=False),
                 _flags_md(flags),
@@ -166,7 +170,7 @@ def _single(folder: Path, run: dict, records: pd.DataFrame) -> Path:
         ]
     )
     body = f"""<p>{html.escape(intro).replace("`", "")}</p>
-<h2>Headlines</h2>{head_html}
+{yours_html}<h2>Headlines</h2>{head_html}
 {report_phases_html(records)}
 <h2>Notebooks</h2>{table(cells, raw=("report",))}
 {correctness_html}
@@ -206,6 +210,7 @@ def _repeated(folder: Path, run: dict, records: pd.DataFrame) -> Path:
     flags = _flags(run, records)
     spread = spread_table(records)
     head_html, correctness_html, sections_md = platform_sections(records, run["platform"])
+    yours_html, yours_md = plugin_sections(records)
     runs = pd.DataFrame(run.get("runs", []), columns=RUN_COLUMNS)
     n = run["repeat"]
     intro = (
@@ -231,6 +236,7 @@ def _repeated(folder: Path, run: dict, records: pd.DataFrame) -> Path:
             [
                 f"# Workbook report: {run['platform']} ({n} runs)",
                 intro,
+                *([yours_md] if yours_md else []),
                 sections_md,
                 "## Runs\n\n" + md_runs.to_markdown(index=False),
                 "## Notebooks\n\n" + md_notebooks.to_markdown(index=False),
@@ -258,7 +264,7 @@ def _repeated(folder: Path, run: dict, records: pd.DataFrame) -> Path:
     html_runs = runs.assign(folder=[href(f"{f}/index.html", f) for f in runs["folder"]])
     spread_html = table(spread) if len(spread) else "<p>No timed record.</p>"
     body = f"""<p>{html.escape(intro)}</p>
-<h2>Headlines</h2>{head_html}
+{yours_html}<h2>Headlines</h2>{head_html}
 <h2>Notebooks</h2>{table(html_notebooks, raw=("reports",))}
 <h2>Runs</h2>{table(html_runs, raw=("folder",))}
 {correctness_html}

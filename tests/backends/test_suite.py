@@ -13,7 +13,7 @@ import pytest
 from kernel_lib.backends import allocation, suite, xla
 from kernel_lib.backends.config import BackendBenchConfig
 from kernel_lib.backends.target import ACCEPTS
-from kernel_lib.params import HAND_RUN_ONLY
+from kernel_lib.params import HAND_RUN_ONLY, SHARED
 from kernel_lib.records import STATUSES
 
 from .conftest import TINY
@@ -30,9 +30,10 @@ ALL_SPECIFIC = set().union(*SPECIFIC.values())
 
 
 def _parameters(backend: str) -> dict:
-    """The notebook's config parameters (not `results_dir`, every notebook's, tested elsewhere)."""
+    """The notebook's config parameters (not `results_dir` nor `plugins`, every notebook's,
+    tested elsewhere)."""
     params = papermill.inspect_notebook(str(ROOT / "notebooks" / f"backend_{backend}.ipynb"))
-    return {k: v for k, v in params.items() if k not in HAND_RUN_ONLY}
+    return {k: v for k, v in params.items() if k not in HAND_RUN_ONLY + SHARED}
 
 
 @pytest.mark.slow

@@ -85,7 +85,12 @@ def test_the_scripts_pass_their_values_to_make_as_one_word_each(tmp_path, script
     (bin_dir / "python3").write_text("#!/bin/sh\nexit 0\n")  # ensurepip found: no apt-get
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    envs = {**config["envs"], "PLATFORM": HOSTILE, "ONLY": "moe;touch pwned4"}
+    envs = {
+        **config["envs"],
+        "PLATFORM": HOSTILE,
+        "ONLY": "moe;touch pwned4",
+        "PLUGINS": "k.py'$(touch pwned5)",
+    }
     env = {**os.environ, **envs, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     bash = subprocess.run(["bash", "-c", config[script]], cwd=tmp_path, env=env)
     assert bash.returncode == 0
@@ -93,9 +98,25 @@ def test_the_scripts_pass_their_values_to_make_as_one_word_each(tmp_path, script
     args = (tmp_path / "make.args").read_text().splitlines()
     expected = {
         "setup": ["setup", f"PLATFORM={HOSTILE}"],
-        "run": ["report", f"PLATFORM={HOSTILE}", "REPEAT=2", "ONLY=moe;touch pwned4", "REPLACE=1"],
+        "run": [
+            "report",
+            f"PLATFORM={HOSTILE}",
+            "REPEAT=2",
+            "ONLY=moe;touch pwned4",
+            "PLUGINS=k.py'$(touch pwned5)",
+            "REPLACE=1",
+        ],  # fmt: skip
     }
     assert args == expected[script]
+
+
+def test_a_plugin_travels_as_its_path_in_the_checkout_and_one_outside_is_refused(tmp_path):
+    assert task_config("ci", plugins=["examples/my_kernels.py"])["envs"]["PLUGINS"] == (
+        "examples/my_kernels.py"
+    )
+    (tmp_path / "k.py").write_text("")
+    with pytest.raises(ParameterError, match="inside this checkout"):
+        task_config("ci", plugins=[str(tmp_path / "k.py")])
 
 
 def test_dry_run_prints_the_task_and_its_resources(capsys):
