@@ -1,7 +1,8 @@
 """Ctrl-C and SIGTERM, one way to stop: a command treats SIGTERM as Ctrl-C (a KeyboardInterrupt,
-so the same clean stop path: one line, exit 130), and a few steps cannot be cut in two by either
-(`deferred`: the report swap's two renames). Signal handlers run in the main thread only; in
-another thread both are no-ops."""
+so the same clean stop path: one line, exit 130), a few steps cannot be cut in two by either
+(`deferred`: the report swap's two renames), and a run holds them (`held`: noted, acted on once
+its report is in place, raised only where they stop a notebook's kernel). Signal handlers run in
+the main thread only; in another thread all three are no-ops."""
 
 from __future__ import annotations
 
@@ -54,3 +55,45 @@ def deferred():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(caught):
             signal.raise_signal(signum)
+
+
+class Stops:
+    """The Ctrl-C and SIGTERM a block holds (`held`): noted in `noted`, not acted on, except within
+    `raising()`."""
+
+    def __init__(self, handlers: dict):
+        self.noted: list[int] = []
+        self._handlers = handlers  # signum -> the handler it would have met
+
+    def _note(self, signum, frame):
+        self.noted.append(signum)
+
+    def _install(self, holding: bool) -> None:
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, self._note if holding else handler)
+
+    @contextlib.contextmanager
+    def raising(self):
+        """Within the block a stop is acted on by the handler it would have met (a
+        KeyboardInterrupt); one noted already raises KeyboardInterrupt at once."""
+        self._install(holding=False)
+        try:
+            if self.noted:
+                raise KeyboardInterrupt
+            yield
+        finally:
+            self._install(holding=True)
+
+
+@contextlib.contextmanager
+def held():
+    """A Ctrl-C or SIGTERM in the block is noted in the `Stops` it yields, for its owner to act on
+    (`Stops.raising()` excepted); a stop whose handler is not Python's (ignored, the default, one
+    set in C) is left to it. The handlers come back when the block ends."""
+    handlers = {s: signal.getsignal(s) for s in STOPS} if _main_thread() else {}
+    stops = Stops({s: h for s, h in handlers.items() if callable(h)})
+    stops._install(holding=True)
+    try:
+        yield stops
+    finally:
+        stops._install(holding=False)

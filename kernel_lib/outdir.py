@@ -27,7 +27,11 @@ from kernel_lib.report.aggregate import repeat_of
 from kernel_lib.reportfiles import refuse_special
 from kernel_lib.writes import RUN_FILE, copy_tree, is_report, refuse_checkout
 
-KEPT = "unswapped"  # `<out>.unswapped-<time>`: a finished run that could not replace <out>
+KEPT = "unswapped"  # `<out>.unswapped-<time>`: a run that did not replace <out> (finished, or
+# the device run's, killed before its swap)
+# Set (the device run, one run per notebook): the runner leaves the results store and the gallery,
+# which it refreshes from every report of outputs/ after each run, to whoever set it.
+GALLERY_LATER_ENV = "KERNEL_WORKBOOK_GALLERY_LATER"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -93,10 +97,12 @@ def _keep(staging: Path, out_dir: Path) -> Path:
     return kept
 
 
-def clean_after_killed_runs(out_dir: Path) -> None:
+def clean_after_killed_runs(out_dir: Path, *, keep_unfinished: bool = False) -> list[Path]:
     """Under the lock, what runs killed (SIGKILL, power loss) left: a report caught mid-swap
     (renamed away, the new one not in place) comes back, a finished run (its staging holds a
-    run.json) is kept (`_keep`), unfinished staging folders go."""
+    run.json) is kept (`_keep`), unfinished staging folders go (`keep_unfinished`: are kept
+    too, with what their notebooks saved: the device run's). Returns the staging folders kept."""
+    kept = []
     for path in out_dir.parent.glob(f".*-{out_dir.name}-*"):
         kind, _, pid = path.name[1:].rpartition(f"-{out_dir.name}-")
         if kind not in ("staging", "previous") or not pid.isdigit() or _pid_alive(int(pid)):
@@ -104,10 +110,13 @@ def clean_after_killed_runs(out_dir: Path) -> None:
         if kind == "previous" and not out_dir.exists():
             path.rename(out_dir)
         elif kind == "staging" and (path / RUN_FILE).exists():
-            kept = _keep(path, out_dir)
-            print(f"a finished run that was not swapped in is in {kept}", file=sys.stderr)
+            kept.append(_keep(path, out_dir))
+            print(f"a finished run that was not swapped in is in {kept[-1]}", file=sys.stderr)
+        elif kind == "staging" and keep_unfinished:
+            kept.append(_keep(path, out_dir))
         else:
             shutil.rmtree(path, ignore_errors=True)
+    return kept
 
 
 @contextlib.contextmanager

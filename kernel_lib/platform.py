@@ -116,8 +116,15 @@ def _memory_bytes() -> int | None:
         return None
 
 
-def last_level_cache_bytes() -> int | None:
-    """The largest CPU cache of cpu0 as Linux reports it (sysfs), or None where it does not."""
+def last_level_cache_bytes(device: str = "cpu") -> int | None:
+    """The last cache before `device`'s memory: a CUDA or ROCm GPU's L2 as its properties say
+    (L2_cache_size), a CPU's largest cache of cpu0 as Linux reports it (sysfs); None where it is
+    not known (another device, or a runtime that does not say)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or None
+    if kind != "cpu":
+        return None
     sizes = []
     for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
         match = re.fullmatch(r"(\d+)([KMG]?)", size.read_text().strip())

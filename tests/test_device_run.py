@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from kernel_lib.__main__ import TOPICS
 from kernel_lib.device_run import budget, checks, cli, preflight, wheels
 from kernel_lib.locks import LOCKS, read_lock
 from kernel_lib.params import ROOT, config_class, load_plan, notebook_defaults, notebook_parameters
@@ -241,7 +243,7 @@ def test_archive_holds_the_report_and_the_log(tmp_path):
     report.mkdir()
     (report / "run.json").write_text("{}")
     (report / "index.html").write_text("<html>")
-    path = cli.write_archive(report, tmp_path / "out" / "h100-quick.tar.gz", ["[0 s] done"])
+    path = cli.write_archive([report], tmp_path / "out" / "h100-quick.tar.gz", ["[0 s] done"])
     with tarfile.open(path) as tar:
         names = set(tar.getnames())
         log = tar.extractfile(f"h100-quick/{cli.LOG_NAME}").read().decode()
@@ -285,10 +287,9 @@ def test_the_recipe_installs_preflights_runs_and_archives_into_out(monkeypatch, 
     )
     monkeypatch.setenv("OUT", str(tmp_path / "back"))
     assert cli.cmd_device_run(_args(tmp_path)) == 0
-    steps = [
-        next(w for w in ("pip", "ipykernel", "preflight", "run") if w in str(c)) for c in commands
-    ]
-    assert steps == ["pip", "ipykernel", "preflight", "run", "run"]
+    words = ("pip", "ipykernel", "preflight", "gallery", "run")
+    steps = [next(w for w in words if w in str(c)) for c in commands]
+    assert steps == ["pip", "ipykernel", "preflight", "run", "run", "gallery"]  # once, at the end
     assert (tmp_path / "site" / wheels.STAMP).exists()
     with tarfile.open(tmp_path / "back" / "report.tar.gz") as tar:
         assert "report/run.json" in tar.getnames()
@@ -464,15 +465,36 @@ def test_platform_detection_reads_its_own_line_whatever_follows(monkeypatch):
     assert cli.quick_platform(cli.Progress(600), env={}) == "h100-quick"
 
 
-def test_plan_only_prints_the_shares_and_runs_nothing(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("platform", sorted(QUICK))
+def test_plan_only_prints_the_shares_and_sections_and_runs_nothing(
+    monkeypatch, tmp_path, capsys, platform
+):
     monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
-    args = _args(tmp_path, platform="h100-quick", only=None, plan_only=True, budget_s=540.0)
+    args = _args(tmp_path, platform=platform, only=None, plan_only=True, budget_s=540.0)
     assert cli.cmd_device_run(args) == 0
-    shares = re.findall(r"^ +(\w+): (\d+) s$", capsys.readouterr().out, re.MULTILINE)
-    assert [name for name, _ in shares] == ["fp8", "flex_attention", "moe"]
+    said = capsys.readouterr().out
+    shares = re.findall(r"^ +(\w+): (\d+) s$", said, re.MULTILINE)
+    notebooks = [name for name, _ in shares]
+    assert notebooks == list(load_plan(platform).notebooks)
     left = 540 - cli.SETUP_ESTIMATE_S - cli.RESERVE_S
     assert sum(int(s) for _, s in shares) == pytest.approx(left, abs=2)
+    for notebook, text in zip(notebooks, re.split(r"^ +\w+: \d+ s$", said, flags=re.M)[1:]):
+        listed = re.findall(r"^ +\d+\. (\w+): ", text, re.MULTILINE)
+        assert listed == [s.name for s in budget.sections(notebook)], notebook
+        assert "which fit in" in text  # not known before they run
+    assert said.splitlines()[0].endswith("no gallery or results-store rebuild between them")
+    assert "then: the results store and the gallery, once" in said.splitlines()[-1]
     assert not (tmp_path / "report").exists()
+
+
+def test_each_notebook_s_sections_are_its_suite_s():
+    for module_name, notebook in TOPICS.values():
+        module = importlib.import_module(module_name)
+        suites = {f"backend_{b}": suite for b, suite in getattr(module, "SUITES", {}).items()}
+        if hasattr(module, "SUITE"):
+            suites[notebook] = module.SUITE
+        for name, suite in suites.items():
+            assert budget.sections(name) == suite.sections, name
 
 
 def _fp8_then(out: Path, then: str, seen: list):
@@ -626,3 +648,144 @@ def test_the_preflight_counts_its_items_that_failed(monkeypatch, tmp_path, capsy
     monkeypatch.setattr(cli, "run_bounded", run)
     assert cli.cmd_device_run(_args(tmp_path, only="fp8")) == 0
     assert "preflight: 1 items failed" in capsys.readouterr().out
+
+
+def test_a_child_starts_with_sigint_at_its_default_where_this_process_ignores_it():
+    """A host's `cmd &` starts the device run with SIGINT ignored: its children still stop at
+    their limit (the runner then writes its report), rather than being killed after the grace."""
+    code = (
+        "import signal, time; "
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True); "
+        "time.sleep(60)"
+    )
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        outcome = budget.run_bounded(_python(code), 3.0, echo=lambda line: None, grace_s=5)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert outcome.stopped
+    assert outcome.lines[0] == "True" and outcome.lines[-1] == "KeyboardInterrupt"
+
+
+def test_a_runner_killed_before_its_swap_leaves_its_records_archived(
+    monkeypatch, tmp_path, capsys
+):
+    """Its staging folder (what its sections saved) is kept beside the report and archived."""
+    dead = tmp_path / ".staging-report-999999999"  # the runner's, whose process has gone
+
+    def killed(command, limit_s, **kwargs):
+        if "run" in command:  # fp8's runner, killed after its grace: no report swapped in
+            dead.mkdir()
+            (dead / "fp8.results.json").write_text("[]")
+            return budget.Outcome(-9, limit_s, True, [])
+        return budget.Outcome(0, 0.0, False, ["ok"])
+
+    monkeypatch.setattr(cli, "run_bounded", killed)
+    archive = tmp_path / "back.tar.gz"
+    assert cli.cmd_device_run(_args(tmp_path, only="fp8", archive=str(archive))) == 1
+    (kept,) = tmp_path.glob("report.unswapped-*")
+    assert {f"{kept.name}/fp8.results.json", f"{kept.name}/{cli.LOG_NAME}"} <= _archived(archive)
+    said = capsys.readouterr().out
+    assert "fp8: stopped at its share of" in said and "no report written" in said
+    assert f"kept: {kept}, left by a runner killed before its swap" in said
+
+
+def test_a_run_with_nothing_to_archive_says_so_in_one_line(monkeypatch, tmp_path, capsys):
+    failed = budget.Outcome(1, 0.0, False, ["pip: no such wheel"])
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: failed)  # the install fails
+    assert cli.cmd_device_run(_args(tmp_path, archive=str(tmp_path / "back.tar.gz"))) == 1
+    assert not (tmp_path / "back.tar.gz").exists()
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1].endswith(f"archive: none, no notebook of this run is in {tmp_path}/report yet")
+
+
+@pytest.mark.parametrize("mode", ["off", "headlines", "all"])
+def test_profile_reaches_the_runs_of_a_device_run(monkeypatch, tmp_path, mode):
+    monkeypatch.setenv(PROFILE_ENV, "headlines")  # restored after the test
+    runs = []
+    standin = _runner_standin(tmp_path / "report", {"fp8": "print('  fp8: ok')"})
+
+    def run(command, limit_s, **kwargs):
+        if "run" in command:
+            runs.append((command, kwargs["env"]))
+        return standin(command, limit_s, **kwargs)
+
+    monkeypatch.setattr(cli, "run_bounded", run)
+    args = _args(tmp_path, only="fp8", param=[f"profile={mode}", "fp8_seed=3"])
+    assert cli.cmd_device_run(args) == 0
+    ((command, env),) = runs
+    assert env[PROFILE_ENV] == mode and "--param=fp8_seed=3" in command
+    assert not [c for c in command if c.startswith("--param=profile")]
+
+
+def test_the_gallery_is_left_out_when_too_little_time_is_left(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "run_bounded", lambda *a, **k: pytest.fail("ran"))
+    (tmp_path / "run.json").write_text("{}")
+    cli.gallery(cli.Progress(cli.RESERVE_S + cli.MIN_NOTEBOOK_S / 2), tmp_path, env={})
+    assert "gallery: not rebuilt" in capsys.readouterr().out
+
+
+IGNORING = """import signal, sys
+from kernel_lib.device_run.budget import run_bounded
+from kernel_lib.interrupts import terminate_as_interrupt
+assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # as a host's `cmd &` starts it
+with terminate_as_interrupt():
+    try:
+        run_bounded(sys.argv[1:], 600.0)
+    except KeyboardInterrupt:
+        sys.exit(130)"""
+
+
+@pytest.mark.slow
+def test_a_device_run_started_with_sigint_ignored_still_keeps_a_stopped_notebook(
+    tmp_path, write_notebook
+):
+    """The device run's stop (SIGTERM from the host: it stops its runner with SIGINT) reaches a
+    runner whose parent ignores SIGINT: the notebook is kept as `stopped` with its sections."""
+    nbs, prm, out = tmp_path / "notebooks", tmp_path / "parameters", tmp_path / "runs" / "out"
+    nbs.mkdir(), prm.mkdir()
+    write_notebook(nbs / "nb.ipynb", *STOPPED_NOTEBOOK)
+    (prm / "p.yaml").write_text("workbook: {notebooks: [nb]}\n")
+    runner = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from kernel_lib import __main__ as cli, params\n"
+        f"params.platform_files.PARAMETERS_DIR = Path({str(prm)!r})\n"
+        f"params.notebooks.NOTEBOOKS_DIR = Path({str(nbs)!r})\n"
+        f"sys.exit(cli.main(['run', '--platform', 'p', '--no-progress', '--out', {str(out)!r}]))"
+    )
+    device_run = subprocess.Popen(
+        [*_python(IGNORING), *_python(runner)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and device_run.poll() is None:
+            staged = list(out.parent.glob(".staging-out-*/nb.results.json"))
+            with contextlib.suppress(OSError, ValueError):
+                if staged and len(json.loads(staged[0].read_text())) == 2:
+                    break
+            time.sleep(0.2)
+        device_run.send_signal(signal.SIGTERM)
+        said = device_run.communicate(timeout=90)[0]
+    finally:
+        device_run.kill()
+    assert device_run.returncode == 130, said
+    (notebook,) = json.loads((out / "run.json").read_text())["notebooks"]
+    assert notebook["status"] == "stopped" and "2 records" in notebook["detail"]
+    assert _saved(out) == ["first", "second"]
+    assert [p.name for p in out.parent.iterdir()] == ["out"]  # no staging left beside it
+
+
+def test_a_stopped_runner_s_notebook_is_read_from_its_own_report_only(tmp_path):
+    stopped, before = budget.Outcome(130, 10.0, True, []), cli.made(tmp_path)
+    entry = {"notebook": "fp8", "status": "ok"}  # it ended; the stop came as it was swapped in
+    (tmp_path / "run.json").write_text(json.dumps({"notebooks": [entry]}))
+    assert cli._status("fp8", stopped, 10.0, tmp_path, before).startswith("ok: ")  # ran: done
+    earlier = cli.made(tmp_path)  # the same report, an earlier run's: this one swapped nothing in
+    assert "no report written" in cli._status("fp8", stopped, 10.0, tmp_path, earlier)

@@ -6,6 +6,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,9 @@ import pytest
 from kernel_lib import __main__ as cli
 from kernel_lib import outdir, params
 from kernel_lib.params import ROOT, load_plan
+from kernel_lib.platform import device_facts
+from kernel_lib.records import save_records, skipped
+from kernel_lib.run import runner
 from kernel_lib.run.environment import code_environment
 from kernel_lib.run.execute import NotebookResult
 from kernel_lib.run.runner import run_plan
@@ -264,13 +268,91 @@ def sigterm(*args, **kwargs):
 
 
 def test_sigterm_is_ctrl_c_one_line_exit_130_and_leaves_the_previous_report(run, out, monkeypatch):
+    """Before a notebook has run (the report being staged): nothing of the run is kept."""
     assert run(out)[0] == 0
     before, handler = files(out.parent), signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr("kernel_lib.run.runner.execute", sigterm)
+    copytree = shutil.copytree
+
+    def copy_then_sigterm(*args, **kwargs):
+        copytree(*args, **kwargs)
+        sigterm()
+
+    monkeypatch.setattr(shutil, "copytree", copy_then_sigterm)
     code, err = run(out)
     assert code == 130
     assert last_line(err) == f"interrupted: the previous report in {out} is unchanged"
     assert files(out.parent) == before and signal.getsignal(signal.SIGTERM) is handler
+
+
+@pytest.fixture
+def ctrl_c():
+    """SIGINT raises KeyboardInterrupt for the test, even where pytest was started with it
+    ignored (a shell's `&`)."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, handler)
+
+
+def measuring_execute(notebook, output, parameters, **options):
+    """A notebook run in no time that saved one record, as its sections would."""
+    save_records([skipped("t", "c", "i", "no device here", facts=device_facts())], notebook.stem)
+    return fake_execute(notebook, output, parameters)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_after_the_kernel_ended_keeps_the_notebook_stopped_with_its_records(
+    run, out, monkeypatch, ctrl_c, signum
+):
+    """The stop comes while the runner writes the notebook's findings: the notebook is kept,
+    `stopped` with what it measured and no HTML, and the report swapped in (no staging left)."""
+    lead = runner.lead_with_findings
+
+    def stop_then_lead(*args):
+        os.kill(os.getpid(), signum)
+        return lead(*args)
+
+    monkeypatch.setattr("kernel_lib.run.runner.execute", measuring_execute)
+    monkeypatch.setattr("kernel_lib.run.runner.lead_with_findings", stop_then_lead)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    code, err = run(out)
+    assert code == 130
+    assert last_line(err) == f"interrupted: a stopped; {out} keeps the sections it finished"
+    (notebook,) = json.loads((out / "run.json").read_text())["notebooks"]
+    assert notebook["status"] == "stopped", notebook
+    assert "after its kernel ended: the 1 records" in notebook["detail"]
+    assert notebook["detail"].endswith("it had ended ok; no HTML")
+    assert [r["case"] for r in json.loads((out / "a.results.json").read_text())] == ["c"]
+    assert (out / "a.ipynb").exists() and not (out / "a.html").exists()
+    assert [p.name for p in out.parent.iterdir()] == ["out"]  # no staging left beside it
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+def test_a_stop_between_notebooks_keeps_the_first_and_starts_no_other(
+    run, out, tmp_path, write_notebook, monkeypatch, ctrl_c
+):
+    write_notebook(tmp_path / "notebooks" / "b.ipynb", "y = 2")
+    (tmp_path / "parameters" / "p.yaml").write_text("workbook: {notebooks: [a, b]}\n")
+    started = []
+
+    def execute(notebook, output, parameters, **options):
+        started.append(notebook.stem)
+        return measuring_execute(notebook, output, parameters)
+
+    keep = runner._keep_or_replace
+
+    def keep_then_stop(*args):
+        kept = keep(*args)
+        os.kill(os.getpid(), signal.SIGINT)
+        return kept
+
+    monkeypatch.setattr("kernel_lib.run.runner.execute", execute)
+    monkeypatch.setattr("kernel_lib.run.runner._keep_or_replace", keep_then_stop)
+    code, err = run(out)
+    assert code == 130 and last_line(err) == f"interrupted: {out} holds the new report whole"
+    assert started == ["a"]
+    (notebook,) = json.loads((out / "run.json").read_text())["notebooks"]
+    assert notebook["notebook"] == "a" and notebook["status"] == "ok"
+    assert (out / "a.results.json").exists() and (out / "a.html").exists()
 
 
 def test_sigterm_in_cloud_collect_is_ctrl_c_and_writes_nothing(run, out, tmp_path, monkeypatch):
@@ -383,3 +465,14 @@ def test_sigterm_stops_a_real_run_in_its_second_notebook_as_ctrl_c_does(tmp_path
     assert err.splitlines()[-1] == f"interrupted: b stopped; {out} keeps the sections it finished"
     notebooks = json.loads((out / "run.json").read_text())["notebooks"]
     assert {n["notebook"]: n["status"] for n in notebooks} == {"a": "ok", "b": "stopped"}
+
+
+def test_a_run_told_so_leaves_the_store_and_gallery_to_its_caller(run, out, monkeypatch):
+    """The device run: one run per notebook, the store and gallery once at its end."""
+    rebuilt = []
+    monkeypatch.setattr(runner, "_rebuild_gallery", lambda folder, report: rebuilt.append(folder))
+    assert run(out)[0] == 0 and rebuilt == [out]
+    monkeypatch.setenv(outdir.GALLERY_LATER_ENV, "1")
+    assert run(out)[0] == 0 and rebuilt == [out]
+    runner.rebuild_gallery(out)
+    assert rebuilt == [out, out]

@@ -2,10 +2,11 @@
 papermill yet: a GPU report within one short command on a host whose image holds PyTorch and no
 package index. It checks its input (checks.py), installs the carried wheels (once), runs the
 preflight, then each notebook of the platform's quick plan within its share of the budget
-(budget.py), and archives the report to copy back after every notebook and at the end, whatever
-ends it (an error, Ctrl-C, SIGTERM), once a notebook of this run is in it (an earlier run's report
-at --out is not sent back as this one's); one line per step with the time spent and the time
-left.
+(budget.py), refreshes the results store and the gallery once after the last (not after each), and
+archives the report to copy back after every notebook and at the end, whatever ends it (an error,
+Ctrl-C, SIGTERM), once a notebook of this run is in it (an earlier run's report at --out is not
+sent back as this one's), with what a runner killed before its swap left; one line per step with
+the time spent and the time left.
 
 Exit codes: 0 every notebook ok or skipped; 1 a notebook failed, was stopped or not started, the
 install failed, or (--dry-run) the wheels would not install on the host; 2 bad input (an option,
@@ -25,8 +26,9 @@ import tarfile
 import time
 from pathlib import Path
 
+from kernel_lib import outdir
 from kernel_lib.device_run import wheels
-from kernel_lib.device_run.budget import GRACE_S, Outcome, run_bounded, share
+from kernel_lib.device_run.budget import GRACE_S, Outcome, Progress, plan_lines, run_bounded, share
 from kernel_lib.device_run.checks import (
     OUTPUTS,
     PARAMETERS,
@@ -58,27 +60,9 @@ DETECT = (
     f"print({PLATFORM_LINE!r} + detect_platform(), flush=True)"
 )
 DONE = ("ok", "skipped")  # the runner's statuses of a notebook that ran to its end
-
-
-class Progress:
-    """The budget's clock, and every line this command prints (for the archive's log)."""
-
-    def __init__(self, budget_s: float):
-        self.budget_s, self.started, self.log = budget_s, time.monotonic(), []
-
-    def left(self) -> float:
-        return self.budget_s - (time.monotonic() - self.started)
-
-    def echo(self, text: str) -> None:
-        print(text, flush=True)
-        self.log.append(text)
-
-    def step(self, text: str) -> None:
-        elapsed = time.monotonic() - self.started
-        self.echo(f"[{elapsed:4.0f} s | {self.left():4.0f} s left] {text}")
-
-    def child(self, line: str) -> None:
-        self.echo(f"    {line}")
+GALLERY = (  # run's last step, left to the end of the device run (outdir.GALLERY_LATER_ENV)
+    "import sys; from kernel_lib.run.runner import rebuild_gallery; rebuild_gallery(sys.argv[1])"
+)
 
 
 def _run(progress: Progress, command: list, limit_s: float, env: dict, quiet=False) -> Outcome:
@@ -146,13 +130,19 @@ def _entry(out: Path, notebook: str) -> dict:
     return next((n for n in run.get("notebooks", []) if n.get("notebook") == notebook), {})
 
 
-def _status(notebook: str, outcome: Outcome, limit_s: float, out: Path) -> str:
-    """The runner's closing line for `notebook` ('ok', 'failed: cell 14: ...'), or why none."""
+def _status(notebook: str, outcome: Outcome, limit_s: float, out: Path, before) -> str:
+    """The runner's closing line for `notebook` ('ok', 'failed: cell 14: ...'), or why none;
+    `before`: the report's run.json before it ran (`made`), to tell its own line in it."""
     if outcome.stopped:
-        entry = _entry(out, notebook)
+        entry = _entry(out, notebook) if made(out) != before else {}
         if entry.get("status") == "stopped":
             return f"stopped at its share of {limit_s:.0f} s: {entry.get('detail', '')}"
-        return f"stopped at its share of {limit_s:.0f} s (its records are lost, not the others')"
+        if entry:  # it had ended, and the stop came as its report was swapped in
+            return f"{entry.get('status')}: its report was written as its {limit_s:.0f} s ran out"
+        return (
+            f"stopped at its share of {limit_s:.0f} s, no report written (a staging folder "
+            "it left is kept and archived beside the report)"
+        )
     said = [line.strip() for line in outcome.lines if line.strip().startswith(f"{notebook}: ")]
     return said[-1].split(": ", 1)[1] if said else f"exit {outcome.returncode}"
 
@@ -181,8 +171,9 @@ def run_notebooks(
             *("--only", notebook, "--out", str(out), "--no-progress"),
             *(f"--param={p}" for p in params[notebook]),
         ]
+        before = made(out)
         outcome = _run(progress, command, limit, env)
-        statuses[notebook] = _status(notebook, outcome, limit, out)
+        statuses[notebook] = _status(notebook, outcome, limit, out, before)
         progress.step(f"{notebook}: {statuses[notebook]} ({outcome.seconds:.0f} s)")
         if outcome.returncode == 2 and not outcome.stopped:  # bad input: every run would refuse
             raise DeviceRunError(f"{notebook}: the runner refused the plan (its message is above)")
@@ -190,16 +181,31 @@ def run_notebooks(
     return statuses
 
 
-def write_archive(report: Path, path: Path, log: list[str]) -> Path:
-    """`report` as `<name>/...` in the tar.gz `path`, with `log` as `<name>/device-run.log`;
-    written whole or not at all (a partial file renamed over it)."""
+def gallery(progress: Progress, out: Path, env: dict) -> None:
+    """The report added to the results store and the gallery refreshed, once, after the last
+    notebook (`run` does it after each run: here every notebook is one), if there is time."""
+    if made(out) is None:
+        return
+    limit = progress.left() - RESERVE_S
+    if limit < MIN_NOTEBOOK_S:
+        progress.step(f"gallery: not rebuilt, {max(limit, 0):.0f} s left for it")
+        return
+    outcome = _run(progress, [sys.executable, "-c", GALLERY, str(out)], limit, env, quiet=True)
+    said = _failed(outcome) or (f"exit {outcome.returncode}" if outcome.returncode else "ok")
+    progress.step(f"gallery: the results store and the gallery of {_display(out.parent)}: {said}")
+
+
+def write_archive(folders: list[Path], path: Path, log: list[str]) -> Path:
+    """Each of `folders` as `<name>/...` in the tar.gz `path`, with `log` as the first one's
+    `<name>/device-run.log`; written whole or not at all (a partial file renamed over it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
     data = ("\n".join(log) + "\n").encode()
-    member = f"{report.name}/{LOG_NAME}"
+    member = f"{folders[0].name}/{LOG_NAME}"
     try:
         with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
-            tar.add(report, arcname=report.name, filter=lambda m: None if m.name == member else m)
+            for folder in folders:
+                tar.add(folder, folder.name, filter=lambda m: None if m.name == member else m)
             info = tarfile.TarInfo(member)
             info.size, info.mtime = len(data), int(time.time())
             tar.addfile(info, io.BytesIO(data))
@@ -218,17 +224,35 @@ def made(report: Path) -> tuple | None:
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
+def keep_killed(progress: Progress, report: Path) -> None:
+    """The staging folders of `report` that runners killed before their swap left (what their
+    notebooks measured) kept beside it, for the archive: the next runner would remove them."""
+    if not report.parent.is_dir():
+        return
+    try:
+        with outdir.locked(report):
+            kept = outdir.clean_after_killed_runs(report, keep_unfinished=True)
+    except (ParameterError, OSError) as err:
+        progress.step(f"what a killed runner left is not kept: {err}")
+        return
+    for folder in kept:
+        progress.step(f"kept: {_display(folder)}, left by a runner killed before its swap")
+    progress.kept += kept
+
+
 def archive(progress: Progress, report: Path, path: Path, before: tuple | None) -> None:
     """The archive of `report` so far, once a notebook of this run is in it (its run.json is not
-    the one `before` it, `made`: an earlier run's report is not this run's to send back); a
-    failure to write it is a line, and the plan goes on."""
-    if made(report) in (None, before):
-        if before is not None:
-            progress.step(f"archive: none, no notebook of this run is in {_display(report)} yet")
+    the one `before` it, `made`: an earlier run's report is not this run's to send back), with
+    the folders `keep_killed` kept; one line when there is nothing to send back; a failure to
+    write it is a line, and the plan goes on."""
+    keep_killed(progress, report)
+    folders = ([report] if made(report) not in (None, before) else []) + progress.kept
+    if not folders:
+        progress.step(f"archive: none, no notebook of this run is in {_display(report)} yet")
         return
     progress.step(f"archive: {_display(path.resolve())}")
     try:
-        size = write_archive(report, path, progress.log).stat().st_size
+        size = write_archive(folders, path, progress.log).stat().st_size
     except OSError as err:
         progress.child(f"not written: {err.strerror or err}")
         return
@@ -253,18 +277,20 @@ def cmd_device_run(args) -> int:
 
 
 def plan_shares(progress: Progress, notebooks: list[str]) -> None:
-    """--plan-only: each notebook's share when the setup takes SETUP_ESTIMATE_S and each one
-    before it uses all of its own (one that finishes early leaves its time to the later ones)."""
+    """--plan-only: each notebook's share when the setup takes SETUP_ESTIMATE_S, and its sections
+    (budget.plan_lines), then what follows the last."""
     left = progress.budget_s - SETUP_ESTIMATE_S - RESERVE_S
     progress.step(
         f"plan: {progress.budget_s:.0f} s budget - ~{SETUP_ESTIMATE_S:.0f} s setup - "
-        f"{RESERVE_S:.0f} s reserve = {left:.0f} s for {len(notebooks)} notebooks"
+        f"{RESERVE_S:.0f} s reserve = {left:.0f} s for {len(notebooks)} notebooks, one after "
+        "another, no gallery or results-store rebuild between them"
     )
-    for index, notebook in enumerate(notebooks):
-        limit = share(notebook, notebooks[index:], left)
-        left -= limit
-        note = "" if limit >= MIN_NOTEBOOK_S else f" (under {MIN_NOTEBOOK_S:.0f} s: not started)"
-        progress.child(f"{notebook}: {limit:.0f} s{note}")
+    for line in plan_lines(notebooks, left, MIN_NOTEBOOK_S):
+        progress.child(line)
+    progress.child(
+        f"then: the results store and the gallery, once (if {MIN_NOTEBOOK_S:.0f} s are left), "
+        "and the archive"
+    )
 
 
 def check_wheel_files(source: Path) -> None:
@@ -298,6 +324,7 @@ def _device_plan(args) -> int:
         **os.environ,
         **wheels.environment(target, os.environ, on_path=not args.dry_run),
         "PYTHONUNBUFFERED": "1",  # children's lines as they come
+        outdir.GALLERY_LATER_ENV: "1",  # once, at the end (`gallery`), not after each notebook
         "TORCHINDUCTOR_CACHE_DIR": os.environ.get(
             "TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor")
         ),
@@ -340,6 +367,7 @@ def _steps(args, progress, source, target, env, plan) -> int:
     progress.step(f"preflight: {_failed(preflight) or crashed or f'{failed} items failed'}")
     after = functools.partial(archive, progress, out, path, before)
     statuses = run_notebooks(progress, platform, notebooks, out, params, env, after)
+    gallery(progress, out, env)
     done = sum(status.split(":")[0] in DONE for status in statuses.values())
     progress.step(
         f"done: {done} of {len(statuses)} notebooks ran to their end, report {_display(out)}"

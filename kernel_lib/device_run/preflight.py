@@ -1,10 +1,12 @@
 """What a fresh GPU host can run, in under a minute, one line per item (ok, skipped or the error):
-the carried packages, what the image must provide, versions, the device, and what the headlines
-run at a tiny shape: _scaled_mm tensorwise and rowwise, a flex_attention compile, the Triton
-quantiser tensorwise and rowwise from fp32 and bf16; then the compiler config keys the code
-patches and which spelling of the exact-division key this torch has. An item that fails costs its
-own line only. `python -m kernel_lib.device_run.preflight`: exit 1 when an item failed, 130 at
-Ctrl-C (one line)."""
+the carried packages, what the image must provide, versions, the device, the compiler config keys
+the code patches and which spelling of the exact-division key this torch has; then what the
+notebooks run at a tiny shape, cheapest and most wanted first: _scaled_mm tensorwise and rowwise,
+the Triton quantiser tensorwise and rowwise from fp32 and bf16, a blockwise _scaled_mm, a
+_scaled_grouped_mm with an empty group, and last the slowest, a cold flex_attention compile. An
+item that fails costs its own line only; one that leaves the CUDA context unusable (a sticky fault,
+such as an illegal address) also skips the items after it, saying so.
+`python -m kernel_lib.device_run.preflight`: exit 1 when an item failed, 130 at Ctrl-C (one line)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ IMAGE_MODULES = ("pandas", "matplotlib", "numpy", "yaml", "psutil", "jinja2", "t
 # Inductor's switch for correctly rounded division in Triton, as torch versions spell it.
 DIVISION_KEYS = ("eager_numerics.division_rounding", "emulate_divison_rounding")
 GRANULARITIES = ("tensorwise", "rowwise")
+GROUP_SIZES = [16, 0, 16]  # rows per group of the grouped GEMM, the middle one empty
 
 
 class Skip(Exception):
@@ -161,6 +164,40 @@ def triton_quantize() -> str:
     return "tensorwise and rowwise from float32 and bfloat16, 64x256 e4m3fn: bit-exact vs fp64"
 
 
+def checked_row(table, implementation: str) -> str:
+    """The row of `implementation` in an fp8 check table as the item's line: Skip where it was
+    skipped, an error where it raised or its check failed."""
+    row = table.set_index("implementation").loc[implementation]
+    if row["check"] == "skipped":
+        raise Skip(row["reason"])
+    if row["check"] == "failed":
+        raise RuntimeError(row["reason"])
+    error = f"relative error vs the fp64 FP8 reference {row['vs_fp8_reference']:.1e}"
+    if row["check"] != "PASS":
+        raise AssertionError(f"{error} > {row['tolerance']:.2g}")
+    return error
+
+
+def block_scaled_mm() -> str:
+    """A blockwise `_scaled_mm` (x per 1x128, W per 128x128 block) through the notebook's check,
+    at the quick plans' check shape (M odd, K two blocks)."""
+    from kernel_lib.fp8.checks import block_gemm_check  # torch-side: after the wheels
+    from kernel_lib.fp8.shapes import GemmShape  # torch-side: after the wheels
+
+    shape = GemmShape.ragged(128)
+    table = block_gemm_check([shape], recipes=["blockwise"], device=_facts().device)
+    return f"{shape.m}x{shape.k} @ {shape.k}x{shape.n}: {checked_row(table, 'block_scaled_mm')}"
+
+
+def grouped_mm() -> str:
+    """`_scaled_grouped_mm` through the notebook's check at GROUP_SIZES: with an empty group, as
+    the notebook's last expert always is (the probe that gates it has two equal groups)."""
+    from kernel_lib.fp8.checks import grouped_gemm_check  # torch-side: after the wheels
+
+    table = grouped_gemm_check(GROUP_SIZES, dim=64, ffn=32, device=_facts().device)
+    return f"groups {GROUP_SIZES}, K=64, N=32: {checked_row(table, 'scaled_grouped_mm')}"
+
+
 def patched_keys() -> dict[str, tuple[str, ...]]:
     """Every compiler config key kernel_lib patches by name, per config module (a test finds each
     `config.patch(` in kernel_lib): where torch lacks one, the section using it is skipped. The
@@ -206,31 +243,55 @@ def division_rounding() -> str:
     )
 
 
+# Cheap first, then the kernels most wanted first; the slowest (a cold compile) last, so that a cap
+# on the preflight (kernel_lib.device_run.cli) cuts only it.
 ITEMS = {
     "packages": packages,
     "image": image,
     "versions": versions,
     "device": device,
-    "scaled_mm": scaled_mm,
-    "flex_attention": flex_compile,
-    "triton_quantize": triton_quantize,
     "config_keys": config_keys,
     "division_key": division_rounding,
+    "scaled_mm": scaled_mm,
+    "triton_quantize": triton_quantize,
+    "block_scaled_mm": block_scaled_mm,
+    "grouped_mm": grouped_mm,
+    "flex_attention": flex_compile,
 }
 
 
+def context_lost() -> bool:
+    """Whether a CUDA error left this process's context unusable: a sticky one (an illegal
+    address) fails every later call, synchronising included."""
+    if not torch.cuda.is_initialized():
+        return False
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError:
+        return True
+    return False
+
+
+def _line(item) -> tuple[str, bool]:
+    """The item's line, and whether it failed."""
+    try:
+        return f"ok: {item()}", False
+    except Skip as reason:
+        return f"skipped: {reason}", False
+    except Exception as err:  # noqa: BLE001 - an item's failure is its line; the next runs
+        return f"error: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}", True
+
+
 def run_items(items: dict = ITEMS) -> int:
-    """Print one line per item; return how many failed."""
-    failed = 0
+    """Print one line per item; return how many failed. After an item whose error lost the CUDA
+    context the later items are skipped, saying so: they would fail with its error."""
+    failed, lost = 0, ""
     for name, item in items.items():
         started = time.perf_counter()
-        try:
-            line = f"ok: {item()}"
-        except Skip as reason:
-            line = f"skipped: {reason}"
-        except Exception as err:  # noqa: BLE001 - an item's failure is its line; the next runs
-            failed += 1
-            line = f"error: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+        line, bad = (f"skipped: {lost}", False) if lost else _line(item)
+        failed += bad
+        if bad and context_lost():
+            lost = f"the CUDA context is lost since {name}'s error"
         print(f"{name:16s} {line} ({time.perf_counter() - started:.1f} s)", flush=True)
     return failed
 

@@ -7,9 +7,9 @@ C conversion then `F.linear`, and the C kernel converting FP8 in registers insid
 the `fp8.weight_only_linear` plug-ins (`fn(x, weight: Fp8Weight)`, checked as the variants). The
 variant used here is chosen by measurement per case (`variants.choose`); the headline is that
 one against bf16 at the first decode row count of the projection. Each timed call takes the next of
-`weight_copies` equal copies of the weights (twice the last-level cache in all), so that a weight
-comes from memory, as in decoding, not from a cache it would fit in (a 4096 x 4096 FP8 weight is
-16 MiB); `metrics.weight_copies` says how many."""
+`weight_copies` equal copies of the weights (twice the device's last-level cache in all: a GPU's
+L2, a CPU's largest cache), so that a weight comes from memory, as in decoding, not from a cache
+it would fit in (a 4096 x 4096 FP8 weight is 16 MiB); `metrics.weight_copies` says how many."""
 
 from __future__ import annotations
 
@@ -46,12 +46,13 @@ MAX_WEIGHT_COPIES = 64
 COPY_BASIS = "copy_ of the bf16 weight into a preallocated tensor, timed in alternation with it"
 
 
-def weight_copies(fp8_bytes: float) -> int:
+def weight_copies(fp8_bytes: float, device: str = "cpu") -> int:
     """How many copies of a layer's weights the timed calls cycle through, so that even the FP8
-    ones (the smallest) add up to twice the last-level cache (256 MiB where it is unknown) and
-    each call reads its weight from memory, as decoding does (every layer's weight once per
-    token); at most MAX_WEIGHT_COPIES (tiny shapes stay cache-resident: their records say so)."""
-    cache = last_level_cache_bytes() or 256 * 2**20
+    ones (the smallest) add up to twice `device`'s last-level cache (a GPU's L2, a CPU's largest;
+    256 MiB where it is unknown) and each call reads its weight from memory, as decoding does
+    (every layer's weight once per token); at most MAX_WEIGHT_COPIES (tiny shapes stay
+    cache-resident: their records say so)."""
+    cache = last_level_cache_bytes(device) or 256 * 2**20
     return max(1, min(MAX_WEIGHT_COPIES, math.ceil(2 * cache / fp8_bytes)))
 
 
@@ -86,7 +87,7 @@ def _case(
     w_bf16 = dequantize_weight(qw, torch.bfloat16)  # the bf16 model: the same weights
     copy_dst = torch.empty_like(w_bf16)
     # equal values in other memory, cycled by every timed call: each check holds for each copy
-    copies = weight_copies(qw.nbytes)
+    copies = weight_copies(qw.nbytes, facts.device)
     qws = [qw] + [
         qw._replace(data=qw.data.clone(), scale_inv=qw.scale_inv.clone())
         for _ in range(copies - 1)

@@ -107,7 +107,7 @@ def _quantize_impl(
 
 # Triton's fp32 `/` is an approximate division (up to 2 ulp) unless Inductor is told to emit
 # div_rn: the scale must be eager's correctly rounded quotient on a GPU too. (C++ is exact.) The
-# key's spellings, newest first: torch 2.13's, and torch 2.10's (sic, "divison").
+# key's spellings, newest first: torch 2.11's and later, and torch 2.10's (sic, "divison").
 DIVISION_KEYS = ("eager_numerics.division_rounding", "emulate_divison_rounding")
 
 
@@ -129,7 +129,7 @@ EXACT_DIVISION = {division_key(): True}  # the spelling this torch uses
 
 def inductor_patch(settings: dict):
     """torch._inductor.config.patch(settings), or Unsupported naming the first key the running
-    torch lacks (a key added after it: torch 2.11 has no eager_numerics.division_rounding)."""
+    torch lacks (a key added after it: torch 2.10 has no eager_numerics.division_rounding)."""
     for key in settings:
         try:
             functools.reduce(getattr, key.split("."), torch._inductor.config)

@@ -6,7 +6,9 @@ The template generates its micro-kernels for the CPU it compiles on (AMX tiles w
 AMX-BF16, AVX-512 or AVX2 vectors elsewhere): many small experts get AMX without hand-written AMX
 code. One graph per (E, C, D, F, dtype, activation); the first call compiles and autotunes
 (seconds), which Inductor's on-disk cache (TORCHINDUCTOR_CACHE_DIR, set by the runner) keeps for
-later runs. Forward only (inference): no autograd graph is compiled.
+later runs. Forward only (inference): no autograd graph is compiled. CPU only
+(`strategies.unavailable`): Inductor offers the template for CPU tensors alone, so on a GPU its
+GEMMs would have ATen's bmm alone to choose from.
 """
 
 from __future__ import annotations

@@ -86,6 +86,9 @@ def unavailable(
             return "compiled for inference (max-autotune forward only; no autograd graph)"
         if compiled:
             return "compiled with max-autotune already; not compiled again"
+        if x.device.type != "cpu":
+            # its GEMMs would have ATen's bmm alone to choose from: the padded strategy compiled
+            return f"Inductor's C++ max-autotune GEMM template: CPU only, not {x.device.type}"
     if name == "packed_segments":
         if backward:
             return "prepacked oneDNN weights are inference only (no autograd)"

@@ -1,20 +1,23 @@
 """One notebook executed by papermill in a fresh kernel, and its outcome.
 
 Each notebook ends `ok`, `failed` (cell and error line), `timed out`, `kernel died`, `stopped`
-(Ctrl-C, SIGTERM, or the device plan's time budget: the sections it finished keep their records,
-which `Suite.run` saves as each ends), or `skipped` (it ran cleanly and every record it saved is
-skipped: its hardware is absent). A cell that raises does not stop its notebook: the cells after
-it still run, so one failed check or crashed section costs neither the other sections' figures
-nor the records (the last cell saves them); the notebook is `failed` with its first error.
+(Ctrl-C, SIGTERM, or the device plan's time budget, in its kernel or before the runner has written
+its report, `stopped_after`: the sections it finished keep their records, which `Suite.run` saves
+as each ends), or `skipped` (it ran cleanly and every record it saved is skipped: its hardware is
+absent). A cell that raises does not stop its notebook: the cells after it still run, so one
+failed check or crashed section costs neither the other sections' figures nor the records (the
+last cell saves them); the notebook is `failed` with its first error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,15 +84,28 @@ def _saved_status(results_path: Path) -> tuple[str, str] | None:
     return None
 
 
-def _stopped(output: Path, nb) -> tuple[str, str]:
-    """`stopped` and how far it got: the cells run, the records its finished sections saved."""
-    cells = sum(c.get("execution_count") is not None for c in nb.cells) if nb is not None else 0
+def _stopped(output: Path, where: str) -> tuple[str, str]:
+    """`stopped` and how far it got (`where`), with the records its finished sections saved."""
     results = output.with_name(output.stem + RESULTS_SUFFIX)
     saved = len(json.loads(results.read_text())) if results.exists() else 0
     return STOPPED, (
-        f"SIGINT or SIGTERM (Ctrl-C, a kill or its time budget) in cell {cells}: "
+        f"SIGINT or SIGTERM (Ctrl-C, a kill or its time budget) {where}: "
         f"the {saved} records of the sections it finished are kept"
     )
+
+
+def _in_cell(nb) -> str:
+    cells = sum(c.get("execution_count") is not None for c in nb.cells) if nb is not None else 0
+    return f"in cell {cells}"
+
+
+def stopped_after(result: NotebookResult, output: Path) -> NotebookResult:
+    """`result` when a stop came once its kernel had ended, before its report was written:
+    `stopped` with the records it saved, what it had ended as, and whether its HTML is missing."""
+    ended = f"; it had ended {result.status}{': ' + result.detail if result.detail else ''}"
+    html = "" if output.with_suffix(".html").exists() else "; no HTML"
+    status, detail = _stopped(output, "after its kernel ended")
+    return dataclasses.replace(result, status=status, detail=detail + ended + html)
 
 
 def _duration(nb) -> float | None:
@@ -158,15 +174,17 @@ def execute(
     timeout: int | None,
     kernel_name: str = KERNEL_NAME,
     progress: bool = True,
+    raising: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> NotebookResult:
     """Execute one notebook with its working directory set to the report folder, every cell even
     after one raises (nbclient's allow_errors; papermill raises at the end). Ctrl-C (SIGINT, or
     SIGTERM under the CLI: kernel_lib.interrupts) stops it: `stopped`, with what it saved (the
-    caller stops the run there)."""
+    caller stops the run there). Papermill runs within `raising()` (the runner's
+    `Stops.raising`: a stop there stops the kernel, held everywhere else)."""
     error, stopped = None, False
     sockets = tempfile.TemporaryDirectory(prefix="kernel-workbook-", ignore_cleanup_errors=True)
     try:
-        with notebook_environment(notebook.stem):
+        with raising(), notebook_environment(notebook.stem):
             papermill.execute_notebook(
                 str(notebook),
                 str(output),
@@ -190,5 +208,5 @@ def execute(
     if nb is not None and isinstance(error, PapermillExecutionError):
         nb = mark_errors(nb)
         nbformat.write(nb, str(output))
-    status, detail = _stopped(output, nb) if stopped else classify(output, nb, error)
+    status, detail = _stopped(output, _in_cell(nb)) if stopped else classify(output, nb, error)
     return NotebookResult(notebook.stem, status, detail, _duration(nb) if nb is not None else None)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from kernel_lib import OUTPUTS
 from kernel_lib.history.store import remember
-from kernel_lib.outdir import RUN_FILE, owned, staged
+from kernel_lib.interrupts import Stops, held
+from kernel_lib.outdir import GALLERY_LATER_ENV, RUN_FILE, owned, staged
 from kernel_lib.params import ROOT, ParameterError, Plan
 from kernel_lib.platform import device_facts
 from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RUN_ID_ENV
@@ -33,7 +34,14 @@ from kernel_lib.report.pages import build_report
 from kernel_lib.report.read import REFERENCE_FOLDER, REFERENCE_PLATFORM, Report, read_report
 from kernel_lib.reportfiles import read_run
 from kernel_lib.run.environment import environment, kernel_allocator, kernel_environment
-from kernel_lib.run.execute import FAILED_STATUSES, KERNEL_NAME, STOPPED, NotebookResult, execute
+from kernel_lib.run.execute import (
+    FAILED_STATUSES,
+    KERNEL_NAME,
+    STOPPED,
+    NotebookResult,
+    execute,
+    stopped_after,
+)
 from kernel_lib.run.machine import machine_load, machine_sample
 from kernel_lib.run.render import lead_with_findings, to_html
 
@@ -192,6 +200,54 @@ def run_plan(
     )
 
 
+def _with_html(result: NotebookResult, output: Path) -> NotebookResult:
+    """`result` once its notebook's HTML is written; an export that fails is said in its detail."""
+    try:
+        to_html(output)
+    except Exception as error:  # nbconvert's templates missing, say: keep the run
+        reason = f"no HTML ({type(error).__name__}: {str(error).splitlines()[0]})"
+        return dataclasses.replace(result, detail="; ".join(filter(None, [result.detail, reason])))
+    return result
+
+
+def _notebook(plan: Plan, name: str, staging: Path, stops: Stops, **options) -> tuple:
+    """Notebook `name` run into `staging` (`execute`, its kernel's stops raised, held elsewhere)
+    and made readable: (its result, its records as its findings cell read them or None). A stop
+    once its kernel has ended skips what is left of that (the findings, the HTML) and keeps it
+    as `stopped` with its records."""
+    output = staging / f"{name}.ipynb"
+    sample = machine_sample()
+    result = execute(
+        plan.notebooks_dir / f"{name}.ipynb",
+        output,
+        plan.parameters_for(name),
+        timeout=plan.cell_timeout_s,
+        raising=stops.raising,
+        **options,
+    )
+    result = dataclasses.replace(result, machine=machine_load(sample, machine_sample()))
+    records = None
+    if output.exists() and not stops.noted:
+        records = lead_with_findings(output, plan.platform)
+    if output.exists() and not stops.noted:
+        result = _with_html(result, output)
+    if stops.noted and result.status != STOPPED:
+        result = stopped_after(result, output)
+    return result, records
+
+
+def _stale(result: NotebookResult, before: dict) -> NotebookResult:
+    """`result` of a notebook whose earlier results (run.json's line `before`) came back."""
+    return dataclasses.replace(
+        result,
+        stale_results=(
+            f"showing the results of run {before.get('run_id', '?')} "
+            f"({before.get('started_utc', '?')}, git {before.get('git', '?')}); "
+            f"this run's notebook: {result.notebook}.failed.html"
+        ),
+    )
+
+
 def _run(
     plan: Plan,
     out_dir: Path,
@@ -203,13 +259,18 @@ def _run(
     replace: bool = False,
 ) -> list[NotebookResult]:
     """`run_plan` in a folder already held. `run_suffix` ends the run id (the runs of
-    `run_repeated` say which they are); `replace`: nothing of the report there is carried."""
+    `run_repeated` say which they are); `replace`: nothing of the report there is carried.
+    A Ctrl-C or SIGTERM is held (`interrupts.held`) from the staging to the swap, except while a
+    notebook's kernel runs (where it stops the kernel): once a notebook has run, the report
+    keeps it (`stopped` if the stop came before its report was written), the notebooks after it
+    are not started, the report is swapped in, then KeyboardInterrupt."""
     started = dt.datetime.now(dt.timezone.utc)
     git = git_revision()
     run_id = f"{started:%Y%m%dT%H%M%SZ}-{os.getpid()}{run_suffix}"
     identity = {"run_id": run_id, "git": git, "started_utc": started.isoformat(timespec="seconds")}
+    options = {"kernel_name": kernel_name, "progress": progress}
     results = []
-    with staged(out_dir, fresh=replace) as (staging, previous):
+    with held() as stops, staged(out_dir, fresh=replace) as (staging, previous):
         earlier = {r["notebook"]: r for r in previous.get("notebooks", [])}
         # read by save_records: results go into the report being staged (a notebook's own
         # `results_dir` parameter is for runs by hand: load_plan refuses it); each kernel
@@ -222,42 +283,19 @@ def _run(
         read = {}  # each notebook's records as its findings cell read them, for the report
         with kernel_environment(kernel_env, variables):
             for index, name in enumerate(plan.notebooks, 1):
+                if stops.noted and not results:  # nothing of this run to keep: staging goes
+                    raise KeyboardInterrupt
+                if stops.noted:  # the notebooks after a stop are not started
+                    break
                 print(f"[{index}/{len(plan.notebooks)}] {name}", file=sys.stderr, flush=True)
-                output = staging / f"{name}.ipynb"
                 aside = _set_aside(staging, name)
-                sample = machine_sample()
-                result = execute(
-                    plan.notebooks_dir / f"{name}.ipynb",
-                    output,
-                    plan.parameters_for(name),
-                    timeout=plan.cell_timeout_s,
-                    kernel_name=kernel_name,
-                    progress=progress,
-                )
-                machine = machine_load(sample, machine_sample())
-                result = dataclasses.replace(result, **identity, machine=machine)
-                records = None
-                if output.exists():
-                    records = lead_with_findings(output, plan.platform)
-                    try:
-                        to_html(output)
-                    except Exception as error:  # nbconvert's templates missing, say: keep the run
-                        reason = f"no HTML ({type(error).__name__}: {str(error).splitlines()[0]})"
-                        detail = "; ".join(filter(None, [result.detail, reason]))
-                        result = dataclasses.replace(result, detail=detail)
+                result, records = _notebook(plan, name, staging, stops, **options)
+                result = dataclasses.replace(result, **identity)
                 came_back = _keep_or_replace(staging, name, aside, result)
                 if records is not None and not came_back:  # else the earlier records are shown
                     read[name] = records
                 if came_back and name in earlier:
-                    before = earlier[name]
-                    result = dataclasses.replace(
-                        result,
-                        stale_results=(
-                            f"showing the results of run {before.get('run_id', '?')} "
-                            f"({before.get('started_utc', '?')}, git {before.get('git', '?')}); "
-                            f"this run's notebook: {name}.failed.html"
-                        ),
-                    )
+                    result = _stale(result, earlier[name])
                 print(
                     f"    {result.status}{': ' + result.detail if result.detail else ''}",
                     file=sys.stderr,
@@ -285,12 +323,14 @@ def _run(
         (staging / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
         report = read_report(staging, read)  # once: its pages, then the gallery
         build_report(staging, report)
-    if not run_suffix:  # a run of run_repeated is staged: the repeated report is added whole
-        _rebuild_gallery(out_dir, report)
+    if not run_suffix and not os.environ.get(GALLERY_LATER_ENV):  # a run of run_repeated is
+        _rebuild_gallery(out_dir, report)  # staged: the repeated report is added whole
     if results and results[-1].status == STOPPED:
         raise KeyboardInterrupt(
             f"{results[-1].notebook} stopped; {out_dir} keeps the sections it finished"
         )
+    if stops.noted:
+        raise KeyboardInterrupt(f"{out_dir} holds the new report whole")
     return results
 
 
@@ -359,3 +399,10 @@ def _rebuild_gallery(out_dir: Path, report: Report) -> None:
         build_gallery(out_dir.parent, [report._replace(folder=out_dir)])
     except Exception as err:  # noqa: BLE001 - the run's own report is already in place
         print(f"gallery not rebuilt: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+
+
+def rebuild_gallery(out_dir: str | Path) -> None:
+    """A run's last step, for a report whose runs left it to their caller (GALLERY_LATER_ENV:
+    the device run, once after its last notebook): the results store and the gallery."""
+    out_dir = Path(out_dir).resolve()
+    _rebuild_gallery(out_dir, read_report(out_dir))

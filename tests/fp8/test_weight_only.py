@@ -232,7 +232,7 @@ def test_the_exact_division_key_is_found_in_either_spelling():
 def test_the_timed_weights_add_up_to_twice_the_cache(monkeypatch, cache, fp8_bytes, copies):
     """A 4096 x 4096 FP8 weight (16 MiB) fits a 32 MiB cache: timed alone, every call would read
     it from the cache, not memory as decoding does; cycled copies add up to twice the cache."""
-    monkeypatch.setattr(bench_weight_only, "last_level_cache_bytes", lambda: cache)
+    monkeypatch.setattr(bench_weight_only, "last_level_cache_bytes", lambda device: cache)
     assert bench_weight_only.weight_copies(fp8_bytes) == copies
 
 

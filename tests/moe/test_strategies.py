@@ -6,6 +6,7 @@ import torch
 from kernel_lib.moe import dispatch
 from kernel_lib.moe.layers import MoELayerConfig
 from kernel_lib.moe.strategies import ELSEWHERE, STRATEGIES, dispatch_fn, run_strategy, unavailable
+from kernel_lib.params import load_plan
 from tests.moe.conftest import make_experts, random_routing
 
 
@@ -56,3 +57,21 @@ def test_packed_segments_is_forward_only_and_not_compiled_again():
     assert "inference only" in unavailable("packed_segments", x, experts, backward=True)
     assert "freezing" in unavailable("packed_segments", x, experts, compiled=True)
     assert "float64" in unavailable("packed_segments", x.double(), experts.double())
+
+
+def test_padded_max_autotune_is_cpu_only():
+    """Inductor offers its C++ GEMM template for CPU tensors only: elsewhere (a meta tensor here
+    for a GPU's) max-autotune would have ATen's bmm alone to choose from."""
+    experts = make_experts(2, 16, 32)
+    reason = unavailable("padded_max_autotune", torch.empty(4, 16, device="meta"), experts)
+    assert reason == "Inductor's C++ max-autotune GEMM template: CPU only, not meta"
+    assert unavailable("padded_max_autotune", torch.randn(4, 16), experts) is None
+
+
+@pytest.mark.parametrize("platform", ["h100-quick", "h200-quick"])
+def test_the_gpu_quick_plans_time_no_cpu_only_strategy_on_the_presets(platform):
+    listed = load_plan(platform).values["moe_preset_strategies"]
+    off_cpu, experts = torch.empty(4, 16, device="meta"), make_experts(2, 16, 32)
+    cpu_only = {s for s in STRATEGIES if s != "triton" and unavailable(s, off_cpu, experts)}
+    assert cpu_only == {"packed_segments", "padded_max_autotune", "per_core", "fused_c"}
+    assert not cpu_only & set(listed), f"{platform} times CPU-only strategies on a GPU"
