@@ -14,6 +14,12 @@ class Unsupported(Exception):
     """A path that cannot run here (device, compiler, memory): becomes `skipped: <reason>`."""
 
 
+def error_line(err: BaseException) -> str:
+    """The traceback's last line ('Name: first line of the message'), at most 200 characters:
+    what a failed record says."""
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:200]
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """An error bound and the one-line derivation that justifies it."""

@@ -34,32 +34,30 @@ def terminate_as_interrupt():
         signal.signal(signal.SIGTERM, before)
 
 
+def _handlers() -> dict:
+    """signum -> the handler each stop would meet now (none outside the main thread)."""
+    return {s: signal.getsignal(s) for s in STOPS} if _main_thread() else {}
+
+
 @contextlib.contextmanager
 def deferred():
     """The block runs whole: a Ctrl-C or SIGTERM arriving in it is acted on (by the handler it
     would have met) once the block has ended."""
     # A handler, not pthread_sigmask: the mask is per thread, and a signal that another thread
     # takes still runs its Python handler in the main thread, inside the block.
-    before = {s: signal.getsignal(s) for s in STOPS} if _main_thread() else {}
-    before = {s: h for s, h in before.items() if h is not None}  # None: a handler set in C
-    if not before:
-        yield
-        return
-    caught: list[int] = []
-    for signum in before:
-        signal.signal(signum, lambda signum, frame: caught.append(signum))
+    stops = Stops({s: h for s, h in _handlers().items() if h is not None})  # None: set in C
+    stops._install(holding=True)
     try:
         yield
     finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(caught):
+        stops._install(holding=False)
+        for signum in dict.fromkeys(stops.noted):
             signal.raise_signal(signum)
 
 
 class Stops:
-    """The Ctrl-C and SIGTERM a block holds (`held`): noted in `noted`, not acted on, except within
-    `raising()`."""
+    """The Ctrl-C and SIGTERM a block holds (`held`, `deferred`): noted in `noted`, not acted on,
+    except within `raising()`."""
 
     def __init__(self, handlers: dict):
         self.noted: list[int] = []
@@ -90,8 +88,7 @@ def held():
     """A Ctrl-C or SIGTERM in the block is noted in the `Stops` it yields, for its owner to act on
     (`Stops.raising()` excepted); a stop whose handler is not Python's (ignored, the default, one
     set in C) is left to it. The handlers come back when the block ends."""
-    handlers = {s: signal.getsignal(s) for s in STOPS} if _main_thread() else {}
-    stops = Stops({s: h for s, h in handlers.items() if callable(h)})
+    stops = Stops({s: h for s, h in _handlers().items() if callable(h)})
     stops._install(holding=True)
     try:
         yield stops

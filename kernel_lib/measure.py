@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from kernel_lib import records as rec
-from kernel_lib.checks import Check, Unsupported
+from kernel_lib.checks import Check, Unsupported, error_line
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.profiling.pending import remember
 from kernel_lib.timing import ratio, time_interleaved
@@ -104,12 +104,6 @@ def _slowed(fn: Callable[[], object], fraction: float) -> Callable[[], object]:
         return out
 
     return slowed
-
-
-def error_line(err: BaseException) -> str:
-    """The traceback's last line ('Name: first line of the message'), at most 200 characters:
-    what a failed record says."""
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:200]
 
 
 def _first_call(candidate: Candidate) -> tuple[Check | None, str | None, str | None]:

@@ -35,7 +35,7 @@ from kernel_lib.attention.shapes import AttentionShape
 from kernel_lib.checks import Unsupported
 from kernel_lib.measure import Candidate, Case
 from kernel_lib.platform import DeviceFacts
-from kernel_lib.plugins import Plugin, registered
+from kernel_lib.plugins import FORWARD_ONLY, Plugin, registered
 
 TOPIC = "attention"
 FLEX = "flex_attention_compiled"
@@ -45,7 +45,6 @@ NAIVE = "attention_naive"
 PLAIN = "attention_naive_compiled"  # the plain comparator of the tuned flex
 FIRST_CALL = "first_call"
 SLOT = "attention.forward"  # the plug-ins' slot (kernel_lib.plugins.SLOTS)
-FORWARD_ONLY = "declared forward only: @kernel(..., backward=True) to time its backward"
 
 
 def raise_unsupported(reason: str):

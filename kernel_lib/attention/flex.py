@@ -24,8 +24,7 @@ from torch.nn.attention import flex_attention as torch_flex
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from kernel_lib.attention.patterns import FlexMods, PatternConfig, build_pattern
-from kernel_lib.checks import Unsupported
-from kernel_lib.measure import error_line
+from kernel_lib.checks import Unsupported, error_line
 from kernel_lib.profiling.phases import phase
 from kernel_lib.timing import Timing, time_fn
 

@@ -123,7 +123,7 @@ def check_bucket(bucket: str, option: str = "--bucket") -> str:
 def carried(plugins: list[str]) -> list[str]:
     """`cloud launch --plugin`s as the job's checkout holds them: a .py path inside this checkout
     (the job's workdir) relative to it, a module name as it is; ParameterError naming a path
-    that is not there or lies outside the checkout (imported on the VM, not here: no torch)."""
+    that is not there or lies outside the checkout (imported on the VM, not here)."""
     out = []
     for spec in resolved(plugins):
         if is_path(spec):

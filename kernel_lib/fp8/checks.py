@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from kernel_lib.checks import Tolerance, Unsupported, errors, relative_error
+from kernel_lib.checks import Tolerance, Unsupported, error_line, errors, relative_error
 from kernel_lib.fp8.block_scaled import (
     block_scaled_mm,
     quantize_operands,
@@ -19,7 +19,6 @@ from kernel_lib.fp8.linear import Fp8Linear, Fp8LinearConfig, scaled_mm, scaled_
 from kernel_lib.fp8.quantize import quantize
 from kernel_lib.fp8.reference import fp8_linear_reference, grouped_linear_reference
 from kernel_lib.fp8.shapes import GemmShape
-from kernel_lib.measure import error_line
 
 # relative_error = max |out - ref| / max |ref|. Against the fp64 product of the reference's own FP8
 # operands only accumulation and output rounding remain, so a wrong format (e5m2 for e4m3: 8-13 %

@@ -26,7 +26,7 @@ from kernel_lib.moe.metrics import load_metrics
 from kernel_lib.moe.seed_style import SeedStyleMoE
 from kernel_lib.moe.strategies import run_strategy, unavailable
 from kernel_lib.moe.tolerances import tolerance
-from kernel_lib.plugins import Plugin, registered
+from kernel_lib.plugins import FORWARD_ONLY, Plugin, registered
 from kernel_lib.profiling.phases import phase
 
 DENSE, SEED = "dense_gemm", "seed_style"
@@ -34,7 +34,6 @@ PLAIN = "loop"  # the plain comparator's strategy: the obvious loop over experts
 # Weight gradients only (inputs need none): dW_out, dh, dW_in are 3 GEMMs after the forward's 2.
 BACKWARD_FLOPS = 2.5
 SLOT = "moe.dispatch"  # the plug-ins' slot (kernel_lib.plugins.SLOTS)
-FORWARD_ONLY = "declared forward only: @kernel(..., backward=True) to time its backward"
 
 
 def unsupported(implementation: str, reason: str, *, plugin: dict | None = None) -> Candidate:

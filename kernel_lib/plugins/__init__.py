@@ -2,17 +2,16 @@
 one of the slots (`SLOTS`), or the `plugins` parameter names modules and `.py` paths that do;
 each topic checks and times every registered plug-in beside its own candidates. A plug-in
 that cannot run a case raises `kernel_lib.checks.Unsupported("why")`: `skipped: why`.
-No torch here: the cloud venv reads the `plugins` parameter too.
 
 `slots` (the slots: call, check, baseline) → `registry` (`Plugin`, `kernel`, `registered`: what
 ran, recorded) → `loading` (the `plugins` parameter imported: `load`, `PluginError`).
 """
 
 from kernel_lib.plugins.loading import PARAM, PluginError, load, resolved
-from kernel_lib.plugins.registry import REGISTRY, Plugin, kernel, registered
+from kernel_lib.plugins.registry import FORWARD_ONLY, REGISTRY, Plugin, kernel, registered
 from kernel_lib.plugins.slots import SLOTS, Slot
 
 __all__ = [
-    "PARAM", "REGISTRY", "SLOTS", "Plugin", "PluginError", "Slot", "kernel", "load",
+    "FORWARD_ONLY", "PARAM", "REGISTRY", "SLOTS", "Plugin", "PluginError", "Slot", "kernel", "load",
     "registered", "resolved",
 ]  # fmt: skip

@@ -10,6 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from kernel_lib.checks import error_line
 from kernel_lib.plugins.registry import REGISTRY
 
 PARAM = "plugins"  # the parameter every notebook declares, `bench --plugin`, `make ... PLUGINS=`
@@ -17,10 +18,6 @@ PARAM = "plugins"  # the parameter every notebook declares, `bench --plugin`, `m
 
 class PluginError(ValueError):
     """A plug-in that cannot be loaded: the message names it and why, in one line."""
-
-
-def _line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:200]
 
 
 def is_path(spec: str) -> bool:
@@ -62,14 +59,15 @@ def load(specs) -> list[str]:
             module = _import_path(Path(spec)) if is_path(spec) else importlib.import_module(spec)
         except PluginError:
             raise
-        except ModuleNotFoundError as err:
-            if is_path(spec) or err.name != spec.split(".")[0] and err.name != spec:
-                raise PluginError(f"{PARAM}: {spec} raised while imported: {_line(err)}") from None
-            raise PluginError(
-                f"{PARAM}: no module named {spec!r} (a module name or a .py path)"
-            ) from None
         except Exception as err:  # noqa: BLE001 - a user's module: one line naming it
-            raise PluginError(f"{PARAM}: {spec} raised while imported: {_line(err)}") from None
+            missing = isinstance(err, ModuleNotFoundError) and not is_path(spec)
+            if missing and err.name in (spec.split(".")[0], spec):  # not one it imports
+                raise PluginError(
+                    f"{PARAM}: no module named {spec!r} (a module name or a .py path)"
+                ) from None
+            raise PluginError(
+                f"{PARAM}: {spec} raised while imported: {error_line(err)}"
+            ) from None
         if not any(p.source["module"] == module.__name__ for p in REGISTRY.values()):
             raise PluginError(
                 f"{PARAM}: {spec} registers no kernel (decorate a function with "

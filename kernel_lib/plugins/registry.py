@@ -31,6 +31,8 @@ class Plugin:
     source: dict  # the record's `plugin`: slot, name, module, file, sha256, revision
 
 
+# a plug-in's record in a forward + backward case when it did not declare backward=True
+FORWARD_ONLY = "declared forward only: @kernel(..., backward=True) to time its backward"
 REGISTRY: dict[tuple[str, str], Plugin] = {}  # (slot, name) -> its plug-in, in order registered
 
 

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kernel_lib.measure import error_line
+from kernel_lib.checks import error_line
 from kernel_lib.profiling.pending import forget, identity, profile_mode, take
 from kernel_lib.profiling.phases import PREFIX, coverage
 from kernel_lib.records import NOTEBOOK_ENV, Record, resolve_results_dir

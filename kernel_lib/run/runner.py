@@ -229,6 +229,7 @@ def _notebook(plan: Plan, name: str, staging: Path, stops: Stops, **options) -> 
     records = None
     if output.exists() and not stops.noted:
         records = lead_with_findings(output, plan.platform)
+    # asked again: a stop may have come while the findings were written
     if output.exists() and not stops.noted:
         result = _with_html(result, output)
     if stops.noted and result.status != STOPPED:
