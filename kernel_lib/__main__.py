@@ -1,7 +1,7 @@
 """`python -m kernel_lib {run,report,platforms,bench,check,compare,ab,sensitivity,export,params,
 cloud,device-run,history,regressions,profile}`: the functions the Makefile calls, the tools that compare
 and export reports, the cloud fan-out (kernel_lib.cloud), the recipe for a GPU host without a
-package index (kernel_lib.device_run) and the results store of every run (kernel_lib.history).
+package index (kernel_lib.device_run) and the results store of every run (kernel_lib.results.store).
 
 Exit codes: 0 everything ran (ok or skipped), 1 a notebook or benchmark failed or the disk did
 (one line: `error: ...`), 2 bad input (nothing ran), 130 interrupted (Ctrl-C).
@@ -391,8 +391,8 @@ def _parser() -> argparse.ArgumentParser:
     params.set_defaults(func=cmd_params)
 
     from kernel_lib.cloud.cli import add_parser as add_cloud_parser  # CLI start-up
+    from kernel_lib.compare.history import add_parsers as add_history_parsers  # CLI start-up
     from kernel_lib.device_run.cli import add_parser as add_device_plan_parser  # CLI start-up
-    from kernel_lib.history.cli import add_parsers as add_history_parsers  # CLI start-up
     from kernel_lib.profiling.command import add_parser as add_profile_parser  # CLI start-up
 
     add_cloud_parser(sub)

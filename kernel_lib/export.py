@@ -30,11 +30,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from kernel_lib.compare import CompareError, run_folders
+from kernel_lib.compare import CompareError, runs_with_records
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX
-from kernel_lib.reportfiles import read_results, read_run
-from kernel_lib.writes import output_file, write_text
+from kernel_lib.results.files import read_results, read_run
+from kernel_lib.results.writes import output_file, write_text
 
 FORMATS = ("pytorch-v3", "bmf")
 BENCHMARK_NAME = "kernel-workbook"
@@ -225,7 +225,7 @@ def export(folder: str | Path, fmt: str):
     """The records of report folder `folder` (every run of it) in format `fmt`."""
     if fmt not in FORMATS:
         raise CompareError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
-    runs = run_folders(folder)
+    runs = runs_with_records(folder)
     if fmt == "bmf":
         return to_bmf([timed_records(run) for run in runs])
     return [obj for run in runs for obj in to_pytorch_v3(timed_records(run), _run_meta(run))]
@@ -234,7 +234,7 @@ def export(folder: str | Path, fmt: str):
 def cli(args: argparse.Namespace) -> int:
     """The `export` command: write the export to --out (whole or not at all) or stdout (no --out,
     or `--out -`). One line and 2 on bad input (a damaged report file, --out into a missing
-    folder or onto any report's own file: kernel_lib.writes), 1 when the disk fails."""
+    folder or onto any report's own file: kernel_lib.results.writes), 1 when the disk fails."""
     try:
         out = output_file(args.out, "--out") if args.out else None
         data = export(args.dir, args.format)

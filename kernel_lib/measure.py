@@ -21,7 +21,7 @@ import torch
 from kernel_lib import records as rec
 from kernel_lib.checks import Check, Unsupported, error_line
 from kernel_lib.platform import DeviceFacts
-from kernel_lib.profiling.pending import remember
+from kernel_lib.profiling.pending import put
 from kernel_lib.timing import ratio, time_interleaved
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ def check_then_time(
             metrics=c.metrics,
             check=checks[index],
         )
-        remember(out[index], c.fn, facts.device)  # for the profiled pass after the section
+        put(out[index], c.fn, facts.device)  # for the profiled pass after the section
         if fraction := injected_slowdown(c.implementation):
             flag = f"TEST ONLY: slowed by {fraction:.0%} ({TEST_SLOWDOWN_ENV}), not a real figure"
             out[index] = dataclasses.replace(out[index], flags=out[index].flags + (flag,))

@@ -27,7 +27,7 @@ import pandas as pd
 from kernel_lib.compare import DEFAULT_FACTOR, compare_folders
 from kernel_lib.measure import TEST_SLOWDOWN_ENV
 from kernel_lib.records import PLATFORM_ENV, RUN_ID_ENV
-from kernel_lib.writes import output_folder, write_text
+from kernel_lib.results.writes import output_folder, write_text
 
 NAME = "sensitivity"  # the benchmark's topic and results file
 SLOWED = "relu"  # the implementation the knob slows

@@ -17,11 +17,12 @@ import kernel_lib.ab as ab
 from kernel_lib import compare
 from kernel_lib.__main__ import main
 from kernel_lib.ab import checkout, rounds
-from kernel_lib.history import store
+from kernel_lib.compare import ab_layout
 from kernel_lib.measure import TEST_SLOWDOWN_ENV, slowdowns
 from kernel_lib.params import ROOT
 from kernel_lib.profiling.pending import PROFILE_ENV
 from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
+from kernel_lib.results import store
 
 JITTER = (1.0, 1.02, 0.98, 1.01, 0.99)  # run-to-run noise of the fake runs, the same on both sides
 MS = {"x": 1.0, "y": 2.0, "z": 3.0}  # the fake runs' records and their times, unslowed
@@ -69,7 +70,7 @@ def tiny(tmp_path, monkeypatch):
     revs["c"] = commit(repo, "c")
     git(repo, "checkout", "-q", revs["b"])
     monkeypatch.setattr(ab, "ROOT", repo)
-    monkeypatch.setattr(ab, "STORE", repo / ".cache" / "ab")
+    monkeypatch.setattr(ab_layout, "CACHE", repo / ".cache" / "ab")
     return repo, revs
 
 
@@ -164,7 +165,7 @@ def test_an_a_a_keeps_its_noise_floor_and_a_slowed_side_is_slower_beside_it(
     code, out, err = run_ab(capsys, "HEAD", revs["b"])
     assert code == 0, err
     assert not {"slower", "faster", "unconfirmed"} & set(out.split())
-    floor = json.loads((ab.STORE / "noise-floor-ci.json").read_text())
+    floor = json.loads((ab_layout.CACHE / "noise-floor-ci.json").read_text())
     assert floor["runs_a_side"] == 5 and floor["ratio_low"] == floor["ratio_high"] == 1.0
     assert floor["device"] == "Test CPU" and floor["git"] == revs["b"][:7]
 
@@ -174,8 +175,8 @@ def test_an_a_a_keeps_its_noise_floor_and_a_slowed_side_is_slower_beside_it(
                                      ("0.1", "1.1", "same")):  # fmt: skip
         given = ["--factor", factor] if factor else []
         code, out, err = run_ab(capsys, "HEAD", "HEAD", "--slow-b", f"y={fraction}", *given)
-        table = json.loads(next(ab.STORE.glob("*-ci-*/compare.json")).read_text())
-        shutil.rmtree(next(ab.STORE.glob("*-ci-*")))
+        table = json.loads(next(ab_layout.CACHE.glob("*-ci-*/compare.json")).read_text())
+        shutil.rmtree(next(ab_layout.CACHE.glob("*-ci-*")))
         verdicts = {r["key"].split("/")[2]: r["verdict"] for r in table["records"]}
         assert verdicts == {"x": "same", "y": slowed, "z": "same"}
         assert code == (1 if slowed == "slower" else 0)
@@ -186,7 +187,7 @@ def test_an_a_a_keeps_its_noise_floor_and_a_slowed_side_is_slower_beside_it(
     # only A/As without the knob store a noise floor, and fewer runs a side do not replace it
     assert run_ab(capsys, "HEAD", "HEAD", "--runs", "3", "--out", "o3")[0] == 0
     assert json.loads((Path("o3") / "noise-floor.json").read_text())["runs_a_side"] == 3
-    assert json.loads((ab.STORE / "noise-floor-ci.json").read_text()) == floor
+    assert json.loads((ab_layout.CACHE / "noise-floor-ci.json").read_text()) == floor
 
 
 def test_slow_b_is_repeatable_each_implementation_slowed_by_its_own_fraction(
@@ -195,8 +196,8 @@ def test_slow_b_is_repeatable_each_implementation_slowed_by_its_own_fraction(
     knobs = ["--slow-b", "y=0.2", "--slow-b", "x=0.30", "--slow-b", "nosuch=0.1"]
     code, out, err = run_ab(capsys, "HEAD", "HEAD", *knobs)
     assert code == 1, err
-    (folder,) = ab.STORE.glob("*-ci-*")
-    state = json.loads((folder / ab.STATE).read_text())
+    (folder,) = ab_layout.CACHE.glob("*-ci-*")
+    state = json.loads((folder / ab_layout.STATE).read_text())
     assert state["slow_b"] == "nosuch=0.1,x=0.3,y=0.2"  # canonical: sorted, normalised
     assert "TEST ONLY: B slowed by nosuch=0.1,x=0.3,y=0.2" in out
     assert err.count("no record names implementation") == 1 and "'nosuch'" in err
@@ -211,7 +212,7 @@ def test_slow_b_is_repeatable_each_implementation_slowed_by_its_own_fraction(
     # the same knobs in another order: the same default folder, so --resume takes them
     again = ["--slow-b", "nosuch=.1", "--slow-b", "x=0.3", "--slow-b", "y=0.2", "--resume"]
     code, _, err = run_ab(capsys, "HEAD", "HEAD", *again)
-    assert code == 1 and list(ab.STORE.glob("*-ci-*")) == [folder], err
+    assert code == 1 and list(ab_layout.CACHE.glob("*-ci-*")) == [folder], err
     # one --slow-b: stored as before, one `impl=fraction`, so older runs resume
     assert ab._slowdown(["y=0.20"]) == "y=0.2" and ab._slowdown([]) is None
 
@@ -288,7 +289,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_made_or_run(
     code, out, err = run_ab(capsys, *[a.format(**revs) for a in args])
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and message in err, err
-    assert fake_runs == [] and worktrees(repo) == [] and not ab.STORE.exists()
+    assert fake_runs == [] and worktrees(repo) == [] and not ab_layout.CACHE.exists()
     assert (Path("folder") / "notes.txt").read_text() == "mine"
 
 

@@ -15,7 +15,7 @@ from kernel_lib.locks import lock_state
 from kernel_lib.params import ROOT
 from kernel_lib.platform import detect_backend
 from kernel_lib.records import Record
-from kernel_lib.reportfiles import read_table
+from kernel_lib.results.files import read_table
 from kernel_lib.run.environment import kernel_allocator, kernel_environment
 
 

@@ -315,7 +315,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
 
 
 def test_a_run_and_the_stores_name_for_it_are_refused_as_one_run(tmp_path, monkeypatch, capsys):
-    from kernel_lib.history import store
+    from kernel_lib.results import store
 
     folder = write_report(tmp_path / "cpu", [timed("a", 1.0)], run_id="20260101T000000Z-1")
     monkeypatch.setenv(store.STORE_ENV, str(tmp_path / "history.sqlite"))

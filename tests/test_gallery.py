@@ -14,9 +14,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from kernel_lib import __main__ as cli
-from kernel_lib import reportfiles
 from kernel_lib.headlines import headline, key_of
-from kernel_lib.history import store
 from kernel_lib.records import (
     as_headline,
     measured,
@@ -26,6 +24,7 @@ from kernel_lib.records import (
     to_dicts,
     with_ratio,
 )
+from kernel_lib.report import trends
 from kernel_lib.report.aggregate import aggregate_records, write_aggregate_run
 from kernel_lib.report.findings import correctness_summary, figure_text, headline_rows
 from kernel_lib.report.gallery import build_gallery
@@ -34,6 +33,8 @@ from kernel_lib.report.pages import build_report, rebuild_reports
 from kernel_lib.report.panels import CEILING_COLOUR, COLOURS, Panel, panels
 from kernel_lib.report.read import REFERENCE_PLATFORM, read_report, report_folders, report_records
 from kernel_lib.report.trends import store_trends
+from kernel_lib.results import files as result_files
+from kernel_lib.results import store
 from kernel_lib.run.execute import NotebookResult
 from kernel_lib.run.runner import run_repeated
 from kernel_lib.timing import Ratio, Timing
@@ -426,9 +427,9 @@ def test_a_users_runs_of_the_ci_file_are_a_platform_with_its_trend(outputs, cpu_
 
 def reading(monkeypatch) -> list[Path]:
     """The results files read from now on (run.json files are read by the same function)."""
-    read, real = [], reportfiles._read_json
+    read, real = [], result_files._read_json
     monkeypatch.setattr(
-        reportfiles,
+        result_files,
         "_read_json",
         lambda path: (
             (str(path).endswith(".results.json") and read.append(Path(path))) or real(path)
@@ -456,25 +457,35 @@ def test_each_results_file_is_read_once_for_the_reports_and_the_gallery(outputs,
 def test_a_runs_records_are_read_once_for_findings_report_and_gallery(
     tmp_path, write_notebook, monkeypatch, cpu_facts
 ):
-    """The runner reads a notebook's results once, for its findings cell; its report's pages and
-    the gallery take those records (outputs/history.sqlite reads its own copy)."""
+    """The runner reads a notebook's results once, for its findings cell; its report's pages,
+    the results store and the gallery take those records, and the gallery's trends take the run
+    as it was stored, not read back from outputs/history.sqlite."""
     plan = _one_notebook(tmp_path, write_notebook, "x = 1")
 
-    def execute(notebook, output, parameters, **options):  # a notebook that saved one record
+    def execute(notebook, output, parameters, **options):  # a notebook that saved a headline
         nbformat.write(
             nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t")]), output
         )
-        save_records([measured("moe", "forward", "x", T, facts=cpu_facts)], "timed", output.parent)
+        base = measured("moe", "forward", "dense_gemm", T, facts=cpu_facts)
+        ratio = Ratio(1.5, 1.4, 1.6, 0.95, 10)
+        fast = with_ratio(measured("moe", "forward", "x", T, facts=cpu_facts), base, ratio)
+        save_records([base, as_headline(fast, DENSE)], "timed", output.parent)
         return NotebookResult(notebook.stem, "ok", "", 0.0)
 
     read = reading(monkeypatch)
     monkeypatch.setattr("kernel_lib.run.runner.execute", execute)
+    asked = []  # the run ids the gallery's trends asked the store for
+    real = trends.store.records
+    monkeypatch.setattr(
+        trends.store, "records", lambda path, ids, *a: asked.append(ids) or real(path, ids, *a)
+    )
     out = tmp_path / "outputs" / "p"
     run_repeated(plan, out, 1, progress=False)
-    staged = [p for p in read if p.parent != out]  # before the report is swapped in
-    assert len(staged) == 1 and "What this notebook found" in (out / "timed.ipynb").read_text()
-    assert read[1:] == [out / "timed.results.json"]  # the results store's own (history.store)
-    assert list(pd.read_csv(out / "results.csv")["implementation"]) == ["x"]  # the report's
+    assert len(read) == 1 and read[0].parent != out  # once, in staging, before the swap
+    assert "What this notebook found" in (out / "timed.ipynb").read_text()
+    (stored,) = store.runs(out.parent / store.STORE_NAME)
+    assert asked and stored["run_id"] not in {i for ids in asked for i in ids}
+    assert list(pd.read_csv(out / "results.csv")["implementation"]) == ["dense_gemm", "x"]
     assert "p/index.html" in (out.parent / "index.html").read_text()  # and the gallery's
 
 

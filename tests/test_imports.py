@@ -60,6 +60,76 @@ def test_no_import_cycle():
         raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
 
 
+# DESIGN.md's Layers, lowest first: a package (or top-level module) imports its own layer or
+# those below, never one above.
+LAYERS = (
+    ("core", {"kernel_lib", "checks", "timing", "platform", "allocator", "headlines",
+              "interrupts", "plugins", "locks", "config"}),
+    ("records/params", {"records", "params"}),
+    ("results", {"results"}),
+    ("measuring", {"measure", "profiling", "suite", "variants", "c_kernels", "plots"}),
+    ("compare", {"compare", "export", "sensitivity"}),
+    ("report", {"report"}),
+    ("topics", {"moe", "fp8", "attention", "backends"}),
+    ("run/ab/cloud/device_run", {"run", "ab", "cloud", "device_run"}),
+    ("__main__", {"__main__"}),
+)  # fmt: skip
+
+
+def _unit(module: str) -> str:
+    """The package (or top-level module) of kernel_lib that `module` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _packages() -> dict[str, set[str]]:
+    graph, _ = _graph()
+    out = defaultdict(set)
+    for module, targets in graph.items():
+        out[_unit(module)] |= {_unit(t) for t in targets} - {_unit(module)}
+    return out
+
+
+def test_every_package_has_a_layer():
+    layered = set().union(*(units for _, units in LAYERS))
+    units = {_unit(_module(f)) for f in PACKAGE.rglob("*.py")}
+    assert units <= layered, f"not in LAYERS (and DESIGN.md): {sorted(units - layered)}"
+
+
+def _up(packages: dict[str, set[str]]) -> list[str]:
+    level = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
+    return sorted(
+        f"{unit} ({LAYERS[level[unit]][0]}) imports {target} ({LAYERS[level[target]][0]})"
+        for unit, targets in packages.items()
+        for target in targets
+        if level[target] > level[unit]
+    )
+
+
+def _loop(packages: dict[str, set[str]]) -> str:
+    try:
+        graphlib.TopologicalSorter(packages).prepare()
+    except graphlib.CycleError as err:
+        return " -> ".join(err.args[1])
+    return ""
+
+
+def test_packages_import_down_the_layers():
+    assert not (up := _up(_packages())), f"imports against DESIGN.md's layers: {up}"
+
+
+def test_no_package_loop():
+    """Two packages that import each other (through any modules) are one package in two folders."""
+    assert not (loop := _loop(_packages())), f"package loop: {loop}"
+
+
+def test_the_layer_checks_have_teeth():
+    """The two imports #65 removed: results' store reading report's aggregate, and the loop
+    report -> history -> compare -> report."""
+    assert _up({"results": {"report"}}) == ["results (results) imports report (report)"]
+    assert _loop({"report": {"compare"}, "compare": {"ab"}, "ab": {"report"}})
+
+
 def test_imports_inside_functions_say_why():
     _, nested = _graph()
     silent = [

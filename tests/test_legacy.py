@@ -1,13 +1,13 @@
 """Old reports in today's names: the committed reports written before one name per quantity read
-back with sweep and grouped-check ids named as new runs name them (kernel_lib.legacy)."""
+back with sweep and grouped-check ids named as new runs name them (kernel_lib.results.legacy)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from kernel_lib.legacy import record_id_of
-from kernel_lib.reportfiles import read_results
+from kernel_lib.results.files import read_results
+from kernel_lib.results.legacy import record_id_of
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = sorted((ROOT / "outputs").glob("[ch]*/*.results.json"))  # cpu and h100: written before

@@ -1,4 +1,4 @@
-"""Never destroy (kernel_lib.writes, kernel_lib.outdir): every command that writes (run, cloud
+"""Never destroy (results.writes, results.outdir): every command that writes (run, cloud
 collect, compare --html, export --out, report --gallery, sensitivity --out, history --add and
 --rebuild) refuses what is not its own in one line (exit 2) or completes without loss; a disk
 error is one line (exit 1) and leaves every file as it was; the user's files stay byte for byte."""
@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 import kernel_lib.ab as ab
 from kernel_lib import __main__ as cli
 from kernel_lib import params
-from kernel_lib.compare import NOISE_FLOOR_KEYS
-from kernel_lib.history import store
+from kernel_lib.compare import NOISE_FLOOR_KEYS, ab_layout
 from kernel_lib.report.gallery import build_gallery
+from kernel_lib.results import store
 from kernel_lib.run import runner
 from kernel_lib.run.execute import execute
 from tests.test_bad_input import ANOTHER_DEVICE
@@ -208,7 +208,7 @@ def test_a_noise_floor_of_wrong_types_is_one_line(sides, tmp_path, field, value)
 def test_ab_does_not_crash_on_a_stored_noise_floor_of_wrong_types(tmp_path, monkeypatch, capsys):
     floor = {k: 1 for k in NOISE_FLOOR_KEYS} | {"verdicts": {"slower": 0}, "ratio_high": "1.1"}
     (tmp_path / "noise-floor-cpu.json").write_text(json.dumps(floor))
-    monkeypatch.setattr(ab, "STORE", tmp_path)
+    monkeypatch.setattr(ab_layout, "CACHE", tmp_path)
     assert ab._floor_at_hand("cpu", "Test CPU") is None
     assert capsys.readouterr().err.startswith("note: noise floor not used: --noise-floor ")
 

@@ -14,7 +14,7 @@ from kernel_lib import plugins
 from kernel_lib.checks import Tolerance, Unsupported, against
 from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.records import save_records
-from kernel_lib.reportfiles import read_results
+from kernel_lib.results.files import read_results
 
 pytestmark = pytest.mark.usefixtures("plugin_registry")
 

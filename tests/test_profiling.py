@@ -24,10 +24,10 @@ from kernel_lib.params import ROOT, parse_override
 from kernel_lib.platform import DeviceFacts
 from kernel_lib.profiling import phases
 from kernel_lib.profiling.capture import profiled
-from kernel_lib.profiling.pending import PROFILE_ENV, forget, mode_override, remember, take
+from kernel_lib.profiling.pending import PROFILE_ENV, forget, mode_override, put, take
 from kernel_lib.report.lead import findings_markdown
 from kernel_lib.report.phases import NONE, findings_phases, report_phases_html
-from kernel_lib.reportfiles import notebook_records
+from kernel_lib.results.files import notebook_records
 from kernel_lib.suite import Context, Section, Suite
 
 SHAPE = MoEShape(tokens=300, hidden=64, ffn=128, experts=4, top_k=2)
@@ -104,14 +104,14 @@ def test_a_headline_gets_its_profile_after_timing(report):
 def test_profile_all_and_off(monkeypatch, tmp_path, cpu_facts, report):
     assert all(r.profile for r in _run(monkeypatch, tmp_path, cpu_facts, "all"))
     monkeypatch.setenv(PROFILE_ENV, "off")
-    remember(report[1][1], lambda: None, "cpu")  # nothing kept, nothing profiled
+    put(report[1][1], lambda: None, "cpu")  # nothing kept, nothing profiled
     assert take(report[1][1]) is None and profiled(report[1]) == report[1]
 
 
 def test_a_call_is_profiled_in_the_autograd_mode_it_was_timed_in(monkeypatch, report):
     monkeypatch.setenv(PROFILE_ENV, "headlines")
     with torch.no_grad():  # a section timing under no_grad (the compiled MLP)
-        remember(report[1][1], torch.is_grad_enabled, "cpu")
+        put(report[1][1], torch.is_grad_enabled, "cpu")
     assert take(report[1][1])[0]() is False
     forget()
 

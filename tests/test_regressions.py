@@ -5,7 +5,8 @@ does not cry wolf and a slowdown beyond the record's factor is named."""
 import json
 import shutil
 
-from kernel_lib.history import regressions, store
+from kernel_lib.compare import regressions
+from kernel_lib.results import store
 from tests import test_damaged_reports
 from tests.test_damaged_reports import RESULTS
 from tests.test_store import cli_run, write_report

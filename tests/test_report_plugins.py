@@ -6,7 +6,6 @@ import dataclasses
 import json
 
 from kernel_lib.compare import compare_folders, to_json, to_text
-from kernel_lib.history import store
 from kernel_lib.records import failed, measured, skipped, stamp, to_dicts, with_ratio
 from kernel_lib.report.aggregate import aggregate_records, write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
@@ -22,6 +21,7 @@ from kernel_lib.report.plugins import (
     with_best_builtin,
 )
 from kernel_lib.report.read import report_records
+from kernel_lib.results import store
 from kernel_lib.timing import Timing, ratio
 from tests.test_gallery import _run
 

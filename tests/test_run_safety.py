@@ -17,10 +17,11 @@ import nbformat
 import pytest
 
 from kernel_lib import __main__ as cli
-from kernel_lib import outdir, params
+from kernel_lib import params
 from kernel_lib.params import ROOT, load_plan
 from kernel_lib.platform import device_facts
 from kernel_lib.records import save_records, skipped
+from kernel_lib.results import outdir
 from kernel_lib.run import runner
 from kernel_lib.run.environment import code_environment
 from kernel_lib.run.execute import NotebookResult
@@ -470,7 +471,7 @@ def test_sigterm_stops_a_real_run_in_its_second_notebook_as_ctrl_c_does(tmp_path
 def test_a_run_told_so_leaves_the_store_and_gallery_to_its_caller(run, out, monkeypatch):
     """The device run: one run per notebook, the store and gallery once at its end."""
     rebuilt = []
-    monkeypatch.setattr(runner, "_rebuild_gallery", lambda folder, report: rebuilt.append(folder))
+    monkeypatch.setattr(runner, "_rebuild_gallery", lambda folder, *_: rebuilt.append(folder))
     assert run(out)[0] == 0 and rebuilt == [out]
     monkeypatch.setenv(outdir.GALLERY_LATER_ENV, "1")
     assert run(out)[0] == 0 and rebuilt == [out]

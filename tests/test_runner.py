@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from tqdm import tqdm
 
-from kernel_lib import outdir
 from kernel_lib.locks import lock_state
 from kernel_lib.params import load_plan
+from kernel_lib.results import outdir
 from kernel_lib.run.execute import _saved_status
 from kernel_lib.run.machine import machine_load
 from kernel_lib.run.render import to_html

@@ -1,4 +1,4 @@
-"""The results store (kernel_lib.history): every run kept, `history` lists them and a headline's
+"""The results store (results.store): every run kept, `history` lists them and a headline's
 trend, `regressions` calls a slowdown of the latest run with compare's rules; a damaged store, a
 newer schema and two writers at once are one line each, and nothing is lost."""
 
@@ -17,13 +17,13 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_lib import __main__ as cli
-from kernel_lib import ab, params
-from kernel_lib.compare import comparison
-from kernel_lib.history import rebuild, store
+from kernel_lib import params
+from kernel_lib.compare import ab_layout, comparison
 from kernel_lib.records import stamp, to_dicts
 from kernel_lib.report import trends
 from kernel_lib.report.aggregate import write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
+from kernel_lib.results import rebuild, store
 from tests.test_damaged_reports import RESULTS, RUN, _timed
 from tests.test_run_safety import fake_execute
 
@@ -166,7 +166,7 @@ def test_one_run_a_side_whose_samples_straddle_the_factor_is_unconfirmed(tmp_pat
 def test_regressions_takes_the_noise_floor_ab_kept_for_the_platform(tmp_path, monkeypatch):
     """An A/A of `ab` on this platform and device spread to 1.3x: its factor, 1.6, is what a
     single run's 50 % slowdown is held against (without it: 1.1, and exit 1)."""
-    monkeypatch.setattr(ab, "STORE", tmp_path / "ab")
+    monkeypatch.setattr(ab_layout, "CACHE", tmp_path / "ab")
     floor = {
         "platform": "cpu", "device": "Test CPU", "git": "abc1234", "runs_a_side": 5,
         "factor": 1.1, "records": 2, "ratio_low": 0.8, "ratio_high": 1.3, "ratio_p05": 0.9,
@@ -360,8 +360,8 @@ def add_notebook(folder: Path, name: str, run_id: str, rows: list[dict] | None =
 def write_ab(out: Path, slow_b: str | None = None) -> Path:
     """An `ab` run as it leaves .cache/ab/<run>: ab.json and one finished run a side."""
     out.mkdir(parents=True)
-    (out / ab.STATE).write_text(json.dumps({"runs": 1, "factor": None, "slow_b": slow_b}))
-    for day, side in enumerate(ab.rounds.SIDES, 10):
+    (out / ab_layout.STATE).write_text(json.dumps({"runs": 1, "factor": None, "slow_b": slow_b}))
+    for day, side in enumerate(ab_layout.SIDES, 10):
         write_run(out / side / "run-1", f"{out.name}-{side}", f"2026-01-{day}T00:00:00+00:00")
     return out
 

@@ -14,7 +14,7 @@ the noise floor at hand, which later comparisons on the same device show with th
 without --factor, take their factor from (compare.verdict.chosen_factor).
 Ctrl-C keeps the finished runs and the worktrees, and `--resume` continues; the worktrees are
 removed once the comparison is written (one with changes in it stays, and is named).
-Each side's finished runs are added to the results store (kernel_lib.history.store: its default
+Each side's finished runs are added to the results store (kernel_lib.results.store: its default
 place, $KERNEL_WORKBOOK_STORE or outputs/history.sqlite) as one report, `ab:<OUT name>/<side>`;
 a side slowed by --slow-b is a test's, not a measurement, and is left out.
 """
@@ -32,6 +32,7 @@ from kernel_lib.ab.checkout import checked_out, read, remove, resolve
 from kernel_lib.compare import (
     NOISE_FLOOR_FILE,
     CompareError,
+    ab_layout,
     compare_runs,
     kept_noise_floor,
     load_side,
@@ -41,15 +42,13 @@ from kernel_lib.compare import (
     to_text,
 )  # fmt: skip
 from kernel_lib.compare.command import check_factor
-from kernel_lib.history import store
 from kernel_lib.measure import slowdowns
-from kernel_lib.outdir import locked
 from kernel_lib.params import ROOT, ParameterError, load_plan, parse_override
 from kernel_lib.profiling.pending import notebook_params
-from kernel_lib.writes import refuse_checkout, report_holding, write_text
+from kernel_lib.results import store
+from kernel_lib.results.outdir import locked
+from kernel_lib.results.writes import refuse_checkout, report_holding, write_text
 
-STORE = ROOT / ".cache" / "ab"  # git-ignored
-STATE = "ab.json"
 DEFAULT_RUNS = 5
 MAX_RUNS = 50  # a side: more is a typo, not a measurement
 IDENTITY = ("a", "b", "platform", "only", "params", "slow_b")  # what --resume must find the same
@@ -108,7 +107,7 @@ def _default_out(identity: dict) -> Path:
     extra = [identity[k] for k in ("only", "params", "slow_b")]
     if any(extra):
         name += "-" + hashlib.sha1(json.dumps(extra).encode()).hexdigest()[:6]
-    return STORE / name
+    return ab_layout.CACHE / name
 
 
 def _previous(out: Path, identity: dict, resume: bool) -> dict | None:
@@ -120,11 +119,11 @@ def _previous(out: Path, identity: dict, resume: bool) -> dict | None:
     if report_holding(out) is not None:
         raise ParameterError(f"--out {out} is in the report {report_holding(out)}")
     state = None
-    if (out / STATE).exists():
+    if (out / ab_layout.STATE).exists():
         try:
-            state = json.loads((out / STATE).read_text())
+            state = json.loads((out / ab_layout.STATE).read_text())
         except ValueError:
-            raise ParameterError(f"--out {out}: {STATE} is damaged") from None
+            raise ParameterError(f"--out {out}: {ab_layout.STATE} is damaged") from None
     if state is None and out.is_dir() and any(out.iterdir()):
         raise ParameterError(f"--out {out} holds files that are not an ab run: choose a new one")
     if resume and state is None:
@@ -144,7 +143,7 @@ def _previous(out: Path, identity: dict, resume: bool) -> dict | None:
 
 def _floor_at_hand(platform: str, device: str | None) -> dict | None:
     """The noise floor an A/A on this platform stored, when it was measured on `device`."""
-    return kept_noise_floor(STORE, platform, device)
+    return kept_noise_floor(ab_layout.CACHE, platform, device)
 
 
 def _compare(out: Path, state: dict, failed: list[str]) -> int:
@@ -153,7 +152,7 @@ def _compare(out: Path, state: dict, failed: list[str]) -> int:
         s: [
             rounds.folder(out, s, k) for k in range(1, state["runs"] + 1) if rounds.done(out, s, k)
         ]
-        for s in rounds.SIDES
+        for s in ab_layout.SIDES
     }
     try:
         a, b = load_side(runs["A"]), load_side(runs["B"])
@@ -189,7 +188,7 @@ def _keep_noise_floor(out: Path, state: dict, comparison) -> None:
     )
     text = json.dumps(floor, indent=1) + "\n"
     write_text(out / NOISE_FLOOR_FILE, text)
-    kept = STORE / f"noise-floor-{state['platform']}.json"
+    kept = ab_layout.CACHE / f"noise-floor-{state['platform']}.json"
     held = _floor_at_hand(state["platform"], floor["device"])
     if held and held["runs_a_side"] > floor["runs_a_side"]:  # fewer runs do not replace it
         print(f"noise floor of this A/A: {out / NOISE_FLOOR_FILE} ({kept} has more runs a side)")
@@ -202,7 +201,7 @@ def _remember(out: Path, state: dict) -> None:
     """Each side's finished runs into the results store, one report a side (a side slowed by
     --slow-b left out); a store that fails says so and fails nothing (store.remember)."""
     path = store.store_path(report=ROOT / "outputs" / "ab")  # $KERNEL_WORKBOOK_STORE, else ours
-    for side in rounds.SIDES:
+    for side in ab_layout.SIDES:
         if side == "B" and state["slow_b"]:
             continue
         if any(rounds.done(out, side, k) for k in range(1, state["runs"] + 1)):
@@ -249,13 +248,15 @@ def ab(
     out.parent.mkdir(parents=True, exist_ok=True)
     with locked(out):
         key = hashlib.sha1(str(out).encode()).hexdigest()[:8]
-        paths = {c: STORE / "worktrees" / f"{key}-{c[:12]}" for c in set(commits.values())}
+        paths = {
+            c: ab_layout.CACHE / "worktrees" / f"{key}-{c[:12]}" for c in set(commits.values())
+        }
         checkouts = {s: checked_out(ROOT, c, paths[c]) for s, c in commits.items()}
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         state.update(identity, revisions={"A": rev_a, "B": rev_b})
         state["started_utc"] = previous.get("started_utc", started)
         out.mkdir(exist_ok=True)
-        write_text(out / STATE, json.dumps(state, indent=1) + "\n")
+        write_text(out / ab_layout.STATE, json.dumps(state, indent=1) + "\n")
         sides = {
             s: rounds.Side(
                 s,
@@ -264,7 +265,7 @@ def ab(
                 checkouts[s],
                 rounds.environment(checkouts[s], ROOT, state["slow_b"] if s == "B" else None),
             )
-            for s in rounds.SIDES
+            for s in ab_layout.SIDES
         }
         arguments = ["--platform", plan.platform, *(["--only", ",".join(names)] if names else [])]
         arguments += [arg for p in params for arg in ("-p", p)]

@@ -21,13 +21,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_lib.history.store import STORE_ENV
+from kernel_lib.compare import ab_layout
 from kernel_lib.measure import TEST_SLOWDOWN_ENV
-from kernel_lib.outdir import RUN_FILE
 from kernel_lib.params import ParameterError
-from kernel_lib.report.aggregate import RUN_PREFIX
+from kernel_lib.results.folders import RUN_FILE, RUN_PREFIX
+from kernel_lib.results.store import STORE_ENV
 
-SIDES = ("A", "B")
 STOP_S = 30  # after Ctrl-C, how long a run may take to clean up before it is killed
 REFUSED = 2  # `run`'s exit code for bad input
 INTERRUPTED = 130
@@ -57,7 +56,11 @@ def environment(checkout: Path, repo: Path, slowdown: str | None) -> dict:
 
 def schedule(runs: int) -> list[tuple[str, int]]:
     """(side, its run number) in the order they run."""
-    return [(s, k) for k in range(1, runs + 1) for s in (SIDES if k % 2 else SIDES[::-1])]
+    return [
+        (s, k)
+        for k in range(1, runs + 1)
+        for s in (ab_layout.SIDES if k % 2 else ab_layout.SIDES[::-1])
+    ]
 
 
 def folder(out: Path, side: str, k: int) -> Path:
@@ -118,7 +121,7 @@ def run_all(out: Path, sides: dict[str, Side], runs: int, arguments: list[str]) 
     ParameterError when a side's `run` refuses the plan (nothing more runs); KeyboardInterrupt
     saying what is kept and how to go on."""
     order = [(s, k) for s, k in schedule(runs) if not done(out, s, k)]
-    seconds: dict[str, list[float]] = {s: [] for s in SIDES}
+    seconds: dict[str, list[float]] = {s: [] for s in ab_layout.SIDES}
     failed = []
     try:
         for index, (name, k) in enumerate(order):

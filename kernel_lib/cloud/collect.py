@@ -1,7 +1,7 @@
 """`cloud collect`: each platform's report from the bucket (or a local folder) into
 outputs/<platform>/, then those reports and the gallery rebuilt from their records, as
 `python -m kernel_lib report` does. Only reports are replaced, each staged and swapped in
-(kernel_lib.outdir.install), and only a gallery's index.html: everything is checked before
+(kernel_lib.results.outdir.install), and only a gallery's index.html: everything is checked before
 anything is copied. A report holding a symbolic link, a FIFO or a device is refused (one line
 naming it, exit 2): a report is never copied through a link."""
 
@@ -13,13 +13,13 @@ import tempfile
 from pathlib import Path
 
 from kernel_lib.cloud.tasks import BUCKET_SCHEMES, check_bucket
-from kernel_lib.history.store import remember
-from kernel_lib.outdir import check_out, install
 from kernel_lib.params import ParameterError
 from kernel_lib.report.gallery import build_gallery, check_gallery
 from kernel_lib.report.pages import rebuild_reports
 from kernel_lib.report.read import report_folders
-from kernel_lib.reportfiles import refuse_special
+from kernel_lib.results.files import refuse_special
+from kernel_lib.results.outdir import check_out, install
+from kernel_lib.results.store import remember
 
 
 def download(bucket: str, folder: Path) -> None:
@@ -65,9 +65,10 @@ def collect(
         for report, target in zip(reports, targets):
             refuse_special(report)  # a link or a FIFO in a report: refused, nothing copied
             check_out(target)
+        stored = []
         for report, target in zip(reports, targets):
             if target != report.resolve():  # collecting outputs/ itself: nothing to copy
                 install(report, target)
-            remember(target)
+            stored += remember(target)
     rebuilt = rebuild_reports(targets, outputs=outputs)  # read once, for pages and gallery
-    return [r.index for r in rebuilt], build_gallery(outputs, rebuilt)
+    return [r.index for r in rebuilt], build_gallery(outputs, rebuilt, stored)

@@ -1,8 +1,11 @@
 """`python -m kernel_lib compare A... -- B...`: did report(s) B get slower than report(s) A?
 
-`runs` reads a report's runs back; `verdict` has the rules (its docstring, shown by `--help`) and
-the statistics of one record; `comparison` compares two sides record by record; `noise` is the
-A/A noise floor; `render` writes text, JSON and HTML; `command` is the command line.
+Every verdict lives here: two folders, two revisions (`ab`'s folders, `ab_layout`), a store's
+history. `runs` reads a report's runs back; `verdict` has the rules (its docstring, shown by
+`--help`) and the statistics of one record; `comparison` compares two sides record by record;
+`noise` is the A/A noise floor; `render` writes text, JSON and HTML; `command` is the command
+line; `regressions` the latest run against the earlier ones in the results store, and `history`
+the `history` and `regressions` commands.
 """
 
 from kernel_lib.compare.command import cli, parse_args
@@ -15,7 +18,7 @@ from kernel_lib.compare.noise import (
     read_noise_floor,
 )
 from kernel_lib.compare.render import to_html, to_json, to_text
-from kernel_lib.compare.runs import CompareError, load_side, run_folders
+from kernel_lib.compare.runs import CompareError, load_side, runs_with_records
 from kernel_lib.compare.verdict import (
     ALPHA,
     DEFAULT_FACTOR,
@@ -47,7 +50,7 @@ __all__ = [
     "parse_args",
     "permutation_p",
     "read_noise_floor",
-    "run_folders",
+    "runs_with_records",
     "samples_verdict",
     "timing_verdict",
     "to_html",

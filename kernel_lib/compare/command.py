@@ -17,7 +17,7 @@ from kernel_lib.compare.render import to_html, to_json, to_text
 from kernel_lib.compare.runs import CompareError, Run, load_side
 from kernel_lib.compare.verdict import DEFAULT_FACTOR, RESOLVED_RUNS
 from kernel_lib.params import ParameterError
-from kernel_lib.writes import output_file, write_text
+from kernel_lib.results.writes import output_file, write_text
 
 MAX_FACTOR = 10.0  # a change past 10x needs no statistics to be seen: a larger factor is a typo
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from kernel_lib.history import store
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, record_id
-from kernel_lib.report import aggregate
-from kernel_lib.reportfiles import read_results, read_run
+from kernel_lib.results import store
+from kernel_lib.results.files import read_results, read_run
+from kernel_lib.results.folders import run_folders
 
 
 class CompareError(ParameterError):
@@ -65,13 +65,13 @@ def match_key(row: dict) -> str:
     return rid[len(prefix) :] if platform and rid.startswith(prefix) else rid
 
 
-def run_folders(folder: str | Path) -> list[Path]:
-    """The runs a report folder holds: its `run-<k>/` subfolders (in k order) if it has any, else
-    the folder itself. Raises CompareError for a missing folder or one without records."""
+def runs_with_records(folder: str | Path) -> list[Path]:
+    """The runs a report folder holds (`folders.run_folders`, else the folder itself), each with
+    results. Raises CompareError for a missing folder or a run without records."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CompareError(f"{folder}: no such folder")
-    runs = aggregate.run_folders(folder) or [folder]
+    runs = run_folders(folder) or [folder]
     for run in runs:
         if not any(run.glob(f"*{RESULTS_SUFFIX}")):
             raise CompareError(f"{run}: not a report folder (no *{RESULTS_SUFFIX})")
@@ -81,7 +81,7 @@ def run_folders(folder: str | Path) -> list[Path]:
 def load_run(folder: str | Path) -> Run:
     """One run's records (from every `*.results.json`) and identity (from `run.json` where
     present, else from the records); ParameterError naming a damaged file, or one that is a link,
-    a FIFO or a device (`reportfiles.regular_bytes`)."""
+    a FIFO or a device (`results.files.regular_bytes`)."""
     folder = Path(folder)
     run_json = folder / "run.json"
     present = run_json.exists() or run_json.is_symlink()  # a link, even a dangling one: refused
@@ -168,7 +168,7 @@ def load_side(folders: list[str | Path]) -> list[Run]:
         run
         for folder in folders
         for run in (
-            [load_run(r) for r in run_folders(folder)]
+            [load_run(r) for r in runs_with_records(folder)]
             if Path(folder).exists()
             else named_runs(str(folder))
         )

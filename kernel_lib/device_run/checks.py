@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from kernel_lib import OUTPUTS, outdir, writes
+from kernel_lib import OUTPUTS
 from kernel_lib.params import (
     ROOT,
     ParameterError,
@@ -21,6 +21,7 @@ from kernel_lib.params import (
     config_class,
     parse_override,
 )
+from kernel_lib.results import outdir, writes
 
 PARAMETERS = ROOT / "parameters"
 NOTEBOOKS = ROOT / "notebooks"

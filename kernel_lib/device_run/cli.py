@@ -26,7 +26,6 @@ import tarfile
 import time
 from pathlib import Path
 
-from kernel_lib import outdir
 from kernel_lib.device_run import wheels
 from kernel_lib.device_run.budget import GRACE_S, Outcome, Progress, plan_lines, run_bounded, share
 from kernel_lib.device_run.checks import (
@@ -42,6 +41,7 @@ from kernel_lib.device_run.checks import (
 from kernel_lib.interrupts import terminate_as_interrupt
 from kernel_lib.params import ParameterError  # papermill only when used
 from kernel_lib.profiling.pending import notebook_params
+from kernel_lib.results import outdir
 
 ROOT = wheels.ROOT
 REHEARSALS = ROOT / ".cache" / "device-run"  # --dry-run's report folders, never outputs/

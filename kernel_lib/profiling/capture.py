@@ -5,7 +5,7 @@ call (every ok record's with profile mode `all`) runs a few more times under `to
 report), the top ops by self time (device kernels where a device ran any), its phases in ms per
 call, and the overhead: a profiled call's time over the timed median.
 
-`measure.check_then_time` hands over each timed candidate's call (`pending.remember`); `suite.Suite.run`
+`measure.check_then_time` hands over each timed candidate's call (`pending.put`); `suite.Suite.run`
 profiles its section's records (`profiled`)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _wanted(record: Record, mode: str) -> bool:
 
 def profiled(records: Iterable[Record]) -> list[Record]:
     """`records` with a `profile` where the mode wants one (headlines, or all ok records), each
-    trace written into the results folder; the remembered calls forgotten. A profile that fails
+    trace written into the results folder; the calls put there forgotten. A profile that fails
     costs only its own record a flag."""
     records = list(records)
     try:

@@ -4,7 +4,7 @@ top ops by self time, its phases, the profiling overhead, and its Chrome trace w
 JSON (Perfetto, chrome://tracing). A record id that is not in the report: one line, exit 2; a
 record without a profile (only headlines are profiled unless the run had `-p profile=all`), or a
 report made before profiles: one line saying so, exit 1. A profile whose fields are not as
-`capture` writes them (`reportfiles.Profile`), or whose trace is not a regular file inside the
+`capture` writes them (`results.files.Profile`), or whose trace is not a regular file inside the
 report: one line naming the record and the field, exit 2."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pandas as pd
 from kernel_lib.config import short_repr
 from kernel_lib.params import ROOT, ParameterError
 from kernel_lib.records import RESULTS_SUFFIX
-from kernel_lib.reportfiles import read_results, regular_bytes
-from kernel_lib.writes import output_file, write_text
+from kernel_lib.results.files import read_results, regular_bytes
+from kernel_lib.results.writes import output_file, write_text
 
 
 def find_record(report: Path, record_id: str) -> tuple[Path, dict]:
@@ -47,7 +47,7 @@ def top_table(profile: dict) -> str:
 
 def trace_source(report: Path, path: Path, record: dict) -> Path:
     """The trace file of `record` (a profiled record read from `path`, its profile's types
-    checked there: `reportfiles.Profile`), inside `report` (resolved: no `..`, absolute path nor
+    checked there: `results.files.Profile`), inside `report` (resolved: no `..`, absolute path nor
     link out of it); ParameterError naming the record and the field otherwise."""
     where = f"profile: {record['record_id']}"
     if record["median_ms"] is None:

@@ -1,5 +1,5 @@
 """The timed calls waiting for the profiled pass: `measure.check_then_time` hands each one over
-(`remember`) after timing it; `capture.profiled` takes them at the end of the section and forgets
+(`put`) after timing it; `capture.profiled` takes them at the end of the section and forgets
 them all, so no tensor outlives its section. Nothing is kept when profiling is off."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def identity(record: Record) -> str:
     return record_id(record, "-")
 
 
-def remember(record: Record, fn: Callable[[], object], device: torch.device | str) -> None:
+def put(record: Record, fn: Callable[[], object], device: torch.device | str) -> None:
     """Keep `record`'s timed call until its section is profiled (nothing when profiling is off),
     to run under the autograd mode it was timed in (a section may time under no_grad: the same
     compiled graph, not one recompiled for autograd)."""
@@ -74,10 +74,10 @@ def remember(record: Record, fn: Callable[[], object], device: torch.device | st
 
 
 def take(record: Record) -> tuple[Callable[[], object], torch.device | str] | None:
-    """The remembered call of `record`, or None."""
+    """The call put for `record`, or None."""
     return _PENDING.get(identity(record))
 
 
 def forget() -> None:
-    """Forget every remembered call (the section was profiled)."""
+    """Forget every call put (the section was profiled)."""
     _PENDING.clear()

@@ -14,10 +14,9 @@ import pandas as pd
 
 from kernel_lib.records import to_frame_with_verdict
 from kernel_lib.report.plugins import with_best_builtin
-from kernel_lib.reportfiles import notebook_records, read_run
+from kernel_lib.results.files import Read, notebook_records, read_run, within
+from kernel_lib.results.folders import RUN_FILE, run_folders
 
-RUN_FILE = "run.json"  # as kernel_lib.outdir.RUN_FILE
-RUN_PREFIX = "run-"  # the runs of a repeated report: OUT/run-1/ ... OUT/run-N/
 RUN_COLUMNS = ["folder", "run_id", "started_utc", "finished_utc", "git"]  # run.json's `runs`
 # Worst first: the aggregate of a notebook's (or a record's) statuses over the runs.
 NOTEBOOK_SEVERITY = ("kernel died", "timed out", "failed", "ok", "skipped")
@@ -27,22 +26,6 @@ IDENTITY = (
     "notebook", "record_id", "topic", "case", "implementation", "dtype", "mode", "baseline",
     "peak_basis", "headline", "method", "flops", "bytes", "device", "backend", "platform",
 )  # fmt: skip
-
-
-def repeat_of(folder: str | Path) -> int:
-    """How many runs a report folder holds: its run.json's `repeat` (1 for a single run)."""
-    run = Path(folder) / RUN_FILE
-    return read_run(run).get("repeat", 1) if run.exists() else 1
-
-
-def run_folders(folder: str | Path) -> list[Path]:
-    """The `run-<i>/` report folders of a repeated report, in run order."""
-    found = [
-        p
-        for p in Path(folder).glob(f"{RUN_PREFIX}*")
-        if p.is_dir() and p.name[len(RUN_PREFIX) :].isdigit() and (p / RUN_FILE).exists()
-    ]
-    return sorted(found, key=lambda p: int(p.name[len(RUN_PREFIX) :]))
 
 
 def _worst(statuses: list[str], order: tuple[str, ...]) -> str:
@@ -119,9 +102,13 @@ def write_aggregate_run(folder: str | Path, base: dict) -> dict:
     return run
 
 
-def run_records(folder: str | Path) -> pd.DataFrame:
-    """Every record of every run of a repeated report, with `notebook` and `run` (its folder)."""
-    frames = [notebook_records(run).assign(run=run.name) for run in run_folders(folder)]
+def run_records(folder: str | Path, read: Read | None = None) -> pd.DataFrame:
+    """Every record of every run of a repeated report, with `notebook` and `run` (its folder);
+    `read`: results files already read."""
+    frames = [
+        notebook_records(run, within(read, run.name)).assign(run=run.name)
+        for run in run_folders(folder)
+    ]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -191,7 +178,7 @@ def _max_or_none(values: pd.Series | None) -> float | None:
     return float(values.max()) if len(values) else None
 
 
-def aggregate_records(folder: str | Path) -> pd.DataFrame:
+def aggregate_records(folder: str | Path, read: Read | None = None) -> pd.DataFrame:
     """One row per record_id over the runs of a repeated report: what it is (from its first run),
     `status` (the worst over the runs), `runs`/`runs_ok`, `run_ids` ('run-1:<id> ...'),
     `median_ms` (median of the runs' medians) with `median_ms_min`/`median_ms_max` and
@@ -199,8 +186,8 @@ def aggregate_records(folder: str | Path) -> pd.DataFrame:
     `ratio_vs_baseline` (median) with `ratio_min`/`ratio_max` (the runs' ratios) and
     `ratio_low`/`ratio_high` (the envelope of the runs' 95 % intervals), `check.pass` (in every
     run), `flags` (each prefixed with its run), and the `verdict` of that envelope (a verdict
-    holds only if it held in every run)."""
-    records = with_best_builtin(run_records(folder))
+    holds only if it held in every run); `read`: results files already read."""
+    records = with_best_builtin(run_records(folder, read))
     if records.empty:
         return pd.DataFrame(columns=[*IDENTITY, "status", "reason", "runs", "run_ids"])
     rows = [_aggregate_one(g) for _, g in records.groupby("record_id", sort=False)]

@@ -36,7 +36,8 @@ from kernel_lib.report.read import (
     report_folders,
 )
 from kernel_lib.report.trends import store_trends
-from kernel_lib.writes import report_holding, write_text
+from kernel_lib.results.store import Stored
+from kernel_lib.results.writes import report_holding, write_text
 
 GALLERY = "index.html"
 TITLE = "Kernel workbook: every platform"
@@ -137,12 +138,15 @@ nothing, and its figures are not among the platforms' panels.</p>
 {table(listing, raw=tuple(listing.columns))}"""
 
 
-def build_gallery(outputs: str | Path, reports: Iterable[Report] = ()) -> Path:
+def build_gallery(
+    outputs: str | Path, reports: Iterable[Report] = (), stored: Stored = ()
+) -> Path:
     """Write `outputs/index.html`: every report folder under `outputs` (device, date, git revision,
     notebook statuses, checks, links) and each topic's declared headlines side by side across
     platforms, as small multiples and as a table; the check runs at CI sizes apart, without
     figures. A folder among `reports` (read by `pages.rebuild_reports` or the runner) is not
-    read again. ParameterError when outputs/index.html is not a gallery (`check_gallery`)."""
+    read again, nor are the runs `stored` (the runner's, just added) read back from the results
+    store. ParameterError when outputs/index.html is not a gallery (`check_gallery`)."""
     outputs = Path(outputs)
     target = check_gallery(outputs, "gallery:")
     known = {r.folder.resolve(): r for r in reports}
@@ -164,7 +168,7 @@ def build_gallery(outputs: str | Path, reports: Iterable[Report] = ()) -> Path:
     )
     if len(rows):
         shown = headline_table(rows, platforms)
-        trends, trends_note = store_trends(outputs, leave_out=REFERENCE_FOLDER)
+        trends, trends_note = store_trends(outputs, leave_out=REFERENCE_FOLDER, stored=stored)
         phases, no_phases = gallery_phase_images(profiles)
         headlines_html = (
             trends_note

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib.report.aggregate import RUN_COLUMNS, counts, repeat_of, run_folders, spread_table
+from kernel_lib.report.aggregate import RUN_COLUMNS, counts, spread_table
 from kernel_lib.report.findings import (
     budget_flags,
     busy_flags,
@@ -28,6 +28,7 @@ from kernel_lib.report.panels import COLOURS, panels
 from kernel_lib.report.phases import report_phases_html
 from kernel_lib.report.plugins import plugin_sections
 from kernel_lib.report.read import Report, read_report, report_folders
+from kernel_lib.results.folders import repeat_of, run_folders
 
 LEGEND = (
     "Ratios: " + ", ".join(f'<span style="color:{c}">■</span> {v}' for v, c in COLOURS.items())

@@ -1,5 +1,5 @@
 """A report folder read back: its run.json and its records (a repeated report: the aggregate over
-its runs), checked by `reportfiles` so that a damaged file stops a rebuild before anything is
+its runs), checked by `results.files` so that a damaged file stops a rebuild before anything is
 written (a file or report folder that is a link, a FIFO or a device among them)."""
 
 from __future__ import annotations
@@ -9,15 +9,16 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from kernel_lib.report.aggregate import RUN_FILE, aggregate_records, repeat_of
-from kernel_lib.reportfiles import notebook_records, read_run, read_table
+from kernel_lib.report.aggregate import aggregate_records
+from kernel_lib.results.files import Read, notebook_records, read_run, read_table
+from kernel_lib.results.folders import RUN_FILE, repeat_of
 
 # The check run at CI sizes: `make reference` runs the platform file REFERENCE_PLATFORM into
 # outputs/REFERENCE_FOLDER, the nbval reference set. That folder is a check, never set beside the
 # platforms' figures nor a point of a trend; a user's own `run --platform ci` (outputs/ci) is a run.
 REFERENCE_PLATFORM = "ci"
 REFERENCE_FOLDER = "reference"
-# What a report shows from its run.json, beyond the notebooks' own rows (reportfiles.RunInfo).
+# What a report shows from its run.json, beyond the notebooks' own rows (results.files.RunInfo).
 RUN_KEYS = (
     "platform", "parameters", "started_utc", "finished_utc", "git", "command", "environment",
     "notebooks",
@@ -32,16 +33,14 @@ def report_folders(outputs: str | Path) -> list[Path]:
     return sorted(p for p in outputs.iterdir() if p.is_dir() and (p / RUN_FILE).exists())
 
 
-def report_records(
-    folder: str | Path, read: dict[str, pd.DataFrame] | None = None
-) -> pd.DataFrame:
+def report_records(folder: str | Path, read: Read | None = None) -> pd.DataFrame:
     """A report's records with a `notebook` column: from its `<notebook>.results.json` files (those
-    of `read`'s notebooks as already read); for a repeated report, the aggregate over its runs
+    in `read` as already read); for a repeated report, the aggregate over its runs
     (`aggregate.aggregate_records`); where the JSON files are not kept (outputs/reference in
     git), from its results.csv."""
     folder = Path(folder)
     if repeat_of(folder) > 1:
-        return aggregate_records(folder)
+        return aggregate_records(folder, read)
     records = notebook_records(folder, read)
     if not records.empty:
         return records
@@ -63,10 +62,10 @@ class Report(NamedTuple):
         return self.folder / "index.html"
 
 
-def read_report(folder: str | Path, read: dict[str, pd.DataFrame] | None = None) -> Report:
+def read_report(folder: str | Path, read: Read | None = None) -> Report:
     """A report folder's run.json and records, with a `notebook` column (a repeated report: the
-    aggregate over its runs; `read`: notebooks' records already read, by name, as the runner's
-    findings cells read them); ParameterError for a damaged file."""
+    aggregate over its runs; `read`: results files already read, as the runner's findings cells
+    read them); ParameterError for a damaged file."""
     folder = Path(folder)
     run = read_run(folder / RUN_FILE, required=RUN_KEYS)
     return Report(folder, run, report_records(folder, read))

@@ -1,4 +1,4 @@
-"""Headline trends for the gallery's panels, from the results store (kernel_lib.history.store):
+"""Headline trends for the gallery's panels, from the results store (kernel_lib.results.store):
 per headline key, its value in each run of each platform (the ratio, else the fraction of a
 ceiling; per record, where a platform measured the key at several shapes), drawn by `panels`
 under the key's bars with x = the run's date; a black diamond where torch, the device, the
@@ -15,20 +15,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib.history import store
 from kernel_lib.params import ParameterError
 from kernel_lib.report.markup import plain
+from kernel_lib.results import store
 
 CHANGES = ("torch", "device", "allocator", "lock")  # a mark where one of these changed
 COLUMNS = ["key", "platform", "record_id", "date", "value", "measure", "folder", *CHANGES]
 
 
-def trend_rows(path: Path) -> pd.DataFrame:
-    """One row per headline record of each run: key, platform, record_id, date, value, and the
-    run's CHANGES."""
-    runs = {r["run_id"]: r for r in store.runs(path)}
+def trend_rows(path: Path, stored: store.Stored = ()) -> pd.DataFrame:
+    """One row per headline record of each run of the store at `path`: key, platform, record_id,
+    date, value, and the run's CHANGES; the runs `stored` (just added) as they were added, not
+    read back."""
+    fresh = {row["run_id"]: (row, records) for row, records in stored}
+    runs = {r["run_id"]: r for r in store.runs(path) if r["run_id"] not in fresh}
+    recs = store.records(path, list(runs)) + [r for _, records in fresh.values() for r in records]
+    runs |= {run_id: row for run_id, (row, _) in fresh.items()}
     rows = []
-    for rec in store.records(path, list(runs)):
+    for rec in sorted(recs, key=lambda r: (r["run_id"], r["record_id"])):  # the store's order
         measure, value = store.headline_value(rec)
         if not rec["headline"] or rec["status"] != "ok" or measure == "median_ms" or value is None:
             continue
@@ -84,15 +88,17 @@ def draw_trend(ax, rows: pd.DataFrame) -> list[str]:
     return caption
 
 
-def store_trends(outputs: Path, leave_out: str = "") -> tuple[pd.DataFrame | None, str]:
-    """The trend rows of the store beside the gallery of `outputs` (None without one), but those
-    of runs in a report folder named `leave_out`, and the HTML line that says why there are none
-    when the store cannot be read ('' otherwise)."""
+def store_trends(
+    outputs: Path, leave_out: str = "", stored: store.Stored = ()
+) -> tuple[pd.DataFrame | None, str]:
+    """The trend rows of the store beside the gallery of `outputs` (None without one; the runs
+    `stored` as added), but those of runs in a report folder named `leave_out`, and the HTML
+    line that says why there are none when the store cannot be read ('' otherwise)."""
     path = store.store_path(report=Path(outputs) / "index.html")
     if path is None or not path.exists():
         return None, ""
     try:
-        rows = trend_rows(path)
+        rows = trend_rows(path, stored)
         return rows[rows["folder"].map(lambda f: Path(f or "").name) != leave_out], ""
     except (ParameterError, sqlite3.Error) as err:
         return None, f"<p>No trends in the panels: {html.escape(str(err))}</p>"

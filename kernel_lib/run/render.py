@@ -8,12 +8,11 @@ import re
 from pathlib import Path
 
 import nbformat
-import pandas as pd
 from nbconvert import HTMLExporter
 
 from kernel_lib.records import RESULTS_SUFFIX
 from kernel_lib.report.lead import with_findings
-from kernel_lib.reportfiles import results_frame
+from kernel_lib.results.files import Results, read_notebook
 
 # A tqdm bar ("desc:  40%|████      | 6/15 [00:01<00:01,  4.94it/s]", or "12it [00:03, 3.9it/s]")
 # and the terminal escapes tqdm writes between bars (cursor up, erase line).
@@ -45,17 +44,18 @@ def without_progress_bars(nb):
     return nb
 
 
-def lead_with_findings(notebook: Path, platform: str) -> pd.DataFrame | None:
+def lead_with_findings(notebook: Path, platform: str) -> Results | None:
     """Put what the executed notebook found (its saved records' declared headlines and their
-    plot) after its title, and return those records (`results_frame`: the runner hands them on
-    to the report); a notebook that saved no records is left as it is (None)."""
-    results = notebook.with_name(notebook.stem + RESULTS_SUFFIX)
-    if not results.exists():
+    plot) after its title, and return its results as read (`read_notebook`: the runner hands
+    them on to the report and the results store); a notebook that saved no records is left as
+    it is (None)."""
+    path = notebook.with_name(notebook.stem + RESULTS_SUFFIX)
+    if not path.exists():
         return None
-    records = results_frame(results)
-    nb = with_findings(nbformat.read(notebook, as_version=4), records, platform)
+    results = read_notebook(path)
+    nb = with_findings(nbformat.read(notebook, as_version=4), results.frame, platform)
     nbformat.write(nb, str(notebook))
-    return records
+    return results
 
 
 def to_html(notebook: Path) -> Path:

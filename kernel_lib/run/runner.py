@@ -1,7 +1,7 @@
 """A platform's plan run into its report folder, one notebook after another (--repeat N: N full
 runs and their aggregate).
 
-The report folder is held and staged by kernel_lib.outdir: the runner replaces only what it made,
+The report folder is held and staged by results.outdir: the runner replaces only what it made,
 one run at a time per folder, and an interrupted or failed run leaves the previous report untouched.
 A notebook that fails keeps the earlier run's results in the report, marked stale. Runs are never
 lost (`refuse_loss`): a run onto a repeated report keeps its runs or is refused naming `--repeat`,
@@ -22,17 +22,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kernel_lib import OUTPUTS
-from kernel_lib.history.store import remember
 from kernel_lib.interrupts import Stops, held
-from kernel_lib.outdir import GALLERY_LATER_ENV, RUN_FILE, owned, staged
 from kernel_lib.params import ROOT, ParameterError, Plan
 from kernel_lib.platform import device_facts
 from kernel_lib.records import PLATFORM_ENV, RESULTS_DIR_ENV, RESULTS_SUFFIX, RUN_ID_ENV
-from kernel_lib.report.aggregate import RUN_PREFIX, repeat_of, run_folders, write_aggregate_run
+from kernel_lib.report.aggregate import write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.pages import build_report
 from kernel_lib.report.read import REFERENCE_FOLDER, REFERENCE_PLATFORM, Report, read_report
-from kernel_lib.reportfiles import read_run
+from kernel_lib.results.files import Read, read_run
+from kernel_lib.results.folders import RUN_FILE, RUN_PREFIX, repeat_of, run_folders
+from kernel_lib.results.outdir import GALLERY_LATER_ENV, owned, staged
+from kernel_lib.results.store import remember
 from kernel_lib.run.environment import environment, kernel_allocator, kernel_environment
 from kernel_lib.run.execute import (
     FAILED_STATUSES,
@@ -212,7 +213,7 @@ def _with_html(result: NotebookResult, output: Path) -> NotebookResult:
 
 def _notebook(plan: Plan, name: str, staging: Path, stops: Stops, **options) -> tuple:
     """Notebook `name` run into `staging` (`execute`, its kernel's stops raised, held elsewhere)
-    and made readable: (its result, its records as its findings cell read them or None). A stop
+    and made readable: (its result, its results file as its findings cell read it, or None). A stop
     once its kernel has ended skips what is left of that (the findings, the HTML) and keeps it
     as `stopped` with its records."""
     output = staging / f"{name}.ipynb"
@@ -258,9 +259,11 @@ def _run(
     progress: bool,
     run_suffix: str = "",
     replace: bool = False,
+    read: Read | None = None,
 ) -> list[NotebookResult]:
     """`run_plan` in a folder already held. `run_suffix` ends the run id (the runs of
-    `run_repeated` say which they are); `replace`: nothing of the report there is carried.
+    `run_repeated` say which they are); `replace`: nothing of the report there is carried;
+    `read` (the runs of `run_repeated`) gets the results files the run read, by name.
     A Ctrl-C or SIGTERM is held (`interrupts.held`) from the staging to the swap, except while a
     notebook's kernel runs (where it stops the kernel): once a notebook has run, the report
     keeps it (`stopped` if the stop came before its report was written), the notebooks after it
@@ -281,7 +284,7 @@ def _run(
             PLATFORM_ENV: plan.platform,
             RESULTS_DIR_ENV: str(staging),
         }
-        read = {}  # each notebook's records as its findings cell read them, for the report
+        read = {} if read is None else read  # as the findings cells read them: for the report
         with kernel_environment(kernel_env, variables):
             for index, name in enumerate(plan.notebooks, 1):
                 if stops.noted and not results:  # nothing of this run to keep: staging goes
@@ -294,7 +297,7 @@ def _run(
                 result = dataclasses.replace(result, **identity)
                 came_back = _keep_or_replace(staging, name, aside, result)
                 if records is not None and not came_back:  # else the earlier records are shown
-                    read[name] = records
+                    read[f"{name}{RESULTS_SUFFIX}"] = records
                 if came_back and name in earlier:
                     result = _stale(result, earlier[name])
                 print(
@@ -325,7 +328,7 @@ def _run(
         report = read_report(staging, read)  # once: its pages, then the gallery
         build_report(staging, report)
     if not run_suffix and not os.environ.get(GALLERY_LATER_ENV):  # a run of run_repeated is
-        _rebuild_gallery(out_dir, report)  # staged: the repeated report is added whole
+        _rebuild_gallery(out_dir, report, read)  # staged: the repeated report is added whole
     if results and results[-1].status == STOPPED:
         raise KeyboardInterrupt(
             f"{results[-1].notebook} stopped; {out_dir} keeps the sections it finished"
@@ -358,12 +361,14 @@ def run_repeated(
         if repeat == 1:
             return _run(plan, out_dir, kernel_env, **options, replace=replace)
         started = dt.datetime.now(dt.timezone.utc)
-        results = []
+        results, read = [], {}
         with staged(out_dir, repeat, fresh=replace) as (staging, _):
             for index in range(1, repeat + 1):
                 print(f"run {index}/{repeat}", file=sys.stderr, flush=True)
                 folder, suffix = staging / f"{RUN_PREFIX}{index}", f"-{RUN_PREFIX}{index}"
-                results += _run(plan, folder, kernel_env, **options, run_suffix=suffix)
+                ran: Read = {}
+                results += _run(plan, folder, kernel_env, **options, run_suffix=suffix, read=ran)
+                read |= {f"{folder.name}/{name}": r for name, r in ran.items()}
             for extra in run_folders(staging)[repeat:]:  # an earlier report had more runs
                 shutil.rmtree(extra)
             write_aggregate_run(
@@ -382,22 +387,23 @@ def run_repeated(
                     "repeat": repeat,
                 },
             )
-            report = read_report(staging)
+            report = read_report(staging, read)
             build_report(staging, report)
-    _rebuild_gallery(out_dir, report)
+    _rebuild_gallery(out_dir, report, read)
     return results
 
 
-def _rebuild_gallery(out_dir: Path, report: Report) -> None:
-    """Add the report's runs to the results store (kernel_lib.history.store.remember, which never
-    fails the run); refresh the gallery (`outputs/index.html`) when the report is one of the
-    folders of an `outputs/` tree, with `report` as read in staging (swapped in since: the same
-    files); a gallery that cannot be built never fails the run."""
-    remember(out_dir)
+def _rebuild_gallery(out_dir: Path, report: Report, read: Read | None = None) -> None:
+    """Add the report's runs to the results store (kernel_lib.results.store.remember, which never
+    fails the run), its results files as `read`; refresh the gallery (`outputs/index.html`) when
+    the report is one of the folders of an `outputs/` tree, with `report` as read in staging
+    (swapped in since: the same files) and the runs just stored as they were added; a gallery
+    that cannot be built never fails the run."""
+    stored = remember(out_dir, read=read)
     if out_dir.parent.name != "outputs":
         return
     try:
-        build_gallery(out_dir.parent, [report._replace(folder=out_dir)])
+        build_gallery(out_dir.parent, [report._replace(folder=out_dir)], stored=stored)
     except Exception as err:  # noqa: BLE001 - the run's own report is already in place
         print(f"gallery not rebuilt: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
 

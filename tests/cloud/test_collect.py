@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from kernel_lib.__main__ import main
-from kernel_lib.outdir import install
 from kernel_lib.params import ROOT, ParameterError
+from kernel_lib.results.outdir import install
 from tests.test_damaged_reports import RESULTS, write_report
 
 

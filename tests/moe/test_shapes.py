@@ -6,7 +6,7 @@ from kernel_lib.moe.bench import sweep_values
 from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
 from kernel_lib.moe.shapes import LETTERS, MoEShape
 from kernel_lib.params import ROOT
-from kernel_lib.reportfiles import read_results
+from kernel_lib.results.files import read_results
 
 FIELDS = [f.name for f in dataclasses.fields(MoEShape)]
 # every committed report's MoE records (and outputs/reference's, where a run left them)
@@ -52,7 +52,7 @@ def test_every_sweep_axis_and_letter_is_a_field():
 def test_the_committed_reports_moe_shapes_are_moe_shapes():
     assert REPORTS, "no outputs/*/moe.results.json"
     for path in REPORTS:
-        for r in read_results(path):  # old reports' shapes in today's names (kernel_lib.legacy)
+        for r in read_results(path):  # old reports' shapes in today's names (results.legacy)
             if r["case"] == "routing_check":  # a router's shape, no experts' sizes
                 continue
             shape = r["shape"]

@@ -23,9 +23,9 @@ from typing import TypedDict
 import pandas as pd
 
 from kernel_lib.headlines import key_of
-from kernel_lib.legacy import record_id_of, shape_of
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, STATUSES, Record, to_dicts, to_frame_with_verdict
+from kernel_lib.results.legacy import record_id_of, shape_of
 
 
 # A record's profile as kernel_lib.profiling.capture writes it: what the pages and `profile` read.
@@ -336,7 +336,7 @@ def read_results(path: str | Path) -> list[dict]:
 
 def _keyed(row: dict) -> dict:
     """A saved record in today's names: its headline as a key (a report written before keys has
-    labels), its id and shape with one name per quantity (kernel_lib.legacy)."""
+    labels), its id and shape with one name per quantity (kernel_lib.results.legacy)."""
     if isinstance(row.get("headline"), str):
         row["headline"] = key_of(row["headline"])
     if isinstance(row.get("record_id"), str):
@@ -346,25 +346,47 @@ def _keyed(row: dict) -> dict:
     return row
 
 
-def results_frame(path: str | Path) -> pd.DataFrame:
-    """A `<notebook>.results.json` file's records, read and checked (`read_results`), as one
-    table: a row per record with its `notebook`, and its `verdict` (`records.verdict`); what the
-    findings cell, a report's pages and the gallery all show."""
+class Results(typing.NamedTuple):
+    """A `<notebook>.results.json` file read once: its records as saved (`read_results`: what the
+    results store keeps) and as one table (`results_frame`: what the findings cell, a report's
+    pages and the gallery show)."""
+
+    saved: list[dict]
+    frame: pd.DataFrame
+
+
+# Results files already read, by their path in the report folder (`moe.results.json`,
+# `run-2/moe.results.json`): a run reads each once, and hands them on.
+Read = dict[str, Results]
+
+
+def read_notebook(path: str | Path) -> Results:
+    """A results file read and checked (`read_results`), and its table: a row per record with
+    its `notebook`, and its `verdict` (`records.verdict`)."""
     path = Path(path)
-    return to_frame_with_verdict(read_results(path)).assign(
-        notebook=path.name[: -len(RESULTS_SUFFIX)]
-    )
+    saved = read_results(path)
+    frame = to_frame_with_verdict(saved).assign(notebook=path.name[: -len(RESULTS_SUFFIX)])
+    return Results(saved, frame)
 
 
-def notebook_records(
-    folder: str | Path, read: dict[str, pd.DataFrame] | None = None
-) -> pd.DataFrame:
+def results_frame(path: str | Path) -> pd.DataFrame:
+    """A results file's table (`read_notebook`)."""
+    return read_notebook(path).frame
+
+
+def within(read: Read | None, folder: str) -> Read:
+    """The files of `read` in its subfolder `folder` (a run `run-<k>` of a repeated report), by
+    their path there."""
+    prefix = f"{folder}/"
+    return {k[len(prefix) :]: v for k, v in (read or {}).items() if k.startswith(prefix)}
+
+
+def notebook_records(folder: str | Path, read: Read | None = None) -> pd.DataFrame:
     """Every record of a report folder (`results_frame` of each `<notebook>.results.json`, but
-    for the notebooks in `read`: their results as already read); empty when it holds none."""
+    for the files in `read`: their table as already read); empty when it holds none."""
     read, frames = read or {}, []
     for path in sorted(Path(folder).glob(f"*{RESULTS_SUFFIX}")):
-        name = path.name[: -len(RESULTS_SUFFIX)]
-        frames.append(read[name] if name in read else results_frame(path))
+        frames.append(read[path.name].frame if path.name in read else results_frame(path))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

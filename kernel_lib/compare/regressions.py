@@ -65,13 +65,13 @@ import json
 import math
 from pathlib import Path
 
-from kernel_lib import ab
+from kernel_lib.compare import ab_layout
 from kernel_lib.compare.comparison import FAILING, Comparison, _samples, compare_runs
 from kernel_lib.compare.noise import kept_noise_floor
 from kernel_lib.compare.runs import CompareError, _by_key, stored_runs
 from kernel_lib.compare.verdict import MIN_RUNS, record_verdict, spread_factor
-from kernel_lib.history import store
 from kernel_lib.params import ParameterError
+from kernel_lib.results import store
 
 PREVIOUS_RUNS = 5  # the earlier runs the latest is compared with
 # A single run's factor at least (docstring): where no run on either side was busy, above the
@@ -172,7 +172,7 @@ def check_platform(
     if not a_rows:
         return [f"{where}: no earlier run on this device in the store: nothing to compare"], 0
     if noise_floor is None:  # the one an A/A of `ab` kept for this platform and device
-        noise_floor = kept_noise_floor(ab.STORE, latest["platform"], latest["device"])
+        noise_floor = kept_noise_floor(ab_layout.CACHE, latest["platform"], latest["device"])
     a, b = stored_runs(path, a_rows), stored_runs(path, b_rows)
     if not set(_by_key(a)) & set(_by_key(b)):  # a check run without its results, say
         return [

@@ -2,11 +2,11 @@
 
 - A report (a folder whose run.json a run wrote, and everything in it: `run-<k>/`, notebooks,
   pages, records) is written only by the commands that make reports (`run`, `cloud collect`,
-  `report`), through kernel_lib.outdir (`owned`, `staged`, `install`). No other output lands in
+  `report`), through results.outdir (`owned`, `staged`, `install`). No other output lands in
   one: `output_file` refuses a report's own file; a plain file the user names is theirs to
   overwrite.
 - A folder a command fills (`output_folder`) is new, empty or one it made before (its mark file).
-- The results store (kernel_lib.history.store) is a file of its own (`own_file`: never in a
+- The results store (kernel_lib.results.store) is a file of its own (`own_file`: never in a
   report), changed only in SQLite transactions; `--rebuild` keeps the store it changes beside it.
 - A file is written whole or not at all (`written`, `write_text`: a sibling temporary file renamed
   over it), and a tree copied whole or not at all (`copy_tree`): a full or read-only disk leaves
@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 
 from kernel_lib.params import ROOT, ParameterError
+from kernel_lib.results.folders import RUN_FILE
 
-RUN_FILE = "run.json"
 STDOUT = "-"  # an output file named `-`: standard output
 
 

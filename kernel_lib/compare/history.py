@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_lib import OUTPUTS, ab
-from kernel_lib.ab import rounds
+from kernel_lib import OUTPUTS
+from kernel_lib.compare import ab_layout, regressions
 from kernel_lib.compare.noise import read_noise_floor
-from kernel_lib.history import rebuild, regressions, store
 from kernel_lib.params import ParameterError
-from kernel_lib.report.aggregate import run_folders
+from kernel_lib.results import rebuild, store
+from kernel_lib.results.folders import run_folders
 
 RUN_TABLE = (
     "run_id", "date", "platform", "device", "git", "torch", "lock", "notebooks", "headlines",
@@ -78,14 +78,16 @@ def added_runs(folder: Path) -> list[tuple[dict, list[dict]]]:
     an `ab` run (its OUT, .cache/ab/<run>, or one side, <run>/A) as `ab` adds them: one report a
     side, `ab:<run>/<side>`, a side slowed by --slow-b left out (a test's, not a measurement)."""
     folder = Path(folder)
-    one_side = folder.name in rounds.SIDES and (folder.parent / ab.STATE).is_file()
-    out, sides = (folder.parent, [folder.name]) if one_side else (folder, rounds.SIDES)
-    if not (out / ab.STATE).is_file():
+    one_side = folder.name in ab_layout.SIDES and (folder.parent / ab_layout.STATE).is_file()
+    out, sides = (folder.parent, [folder.name]) if one_side else (folder, ab_layout.SIDES)
+    if not (out / ab_layout.STATE).is_file():
         return store.report_runs(folder)
     try:
-        slowed = json.loads((out / ab.STATE).read_text()).get("slow_b")
+        slowed = json.loads((out / ab_layout.STATE).read_text()).get("slow_b")
     except (OSError, ValueError, AttributeError):
-        raise ParameterError(f"{out / ab.STATE}: damaged (not the ab.json `ab` writes)") from None
+        raise ParameterError(
+            f"{out / ab_layout.STATE}: damaged (not the ab.json `ab` writes)"
+        ) from None
     kept = [s for s in sides if run_folders(out / s) and not (s == "B" and slowed)]
     if not kept:
         why = f"B was slowed by --slow-b {slowed}" if slowed and "B" in sides else "no run"

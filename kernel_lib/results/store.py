@@ -3,8 +3,8 @@ one SQLite file (the standard library's), so that a later run never loses an ear
 
 Where: `KERNEL_WORKBOOK_STORE` when set, else `history.sqlite` in the `outputs/` folder that holds
 the report (`outputs/history.sqlite`). It is rebuilt from the report folders kept under outputs/
-(`python -m kernel_lib history --rebuild`, kernel_lib.history.rebuild), read back by
-kernel_lib.reportfiles as every reader reads them. A run is one run.json: a report of `--repeat N`
+(`python -m kernel_lib history --rebuild`, kernel_lib.results.rebuild), read back by
+kernel_lib.results.files as every reader reads them. A run is one run.json: a report of `--repeat N`
 adds its N `run-<k>/` runs, each naming the report they belong to (`report`: the aggregate's run
 id), with the records of the notebooks it ran (not those a report kept from an earlier run).
 Adding a run again replaces it in one transaction; two writers at once wait on SQLite's lock
@@ -27,9 +27,9 @@ from pathlib import Path
 from kernel_lib import ROOT
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX
-from kernel_lib.report.aggregate import run_folders
-from kernel_lib.reportfiles import read_results, read_run
-from kernel_lib.writes import RUN_FILE, own_file
+from kernel_lib.results.files import Read, read_results, read_run, within
+from kernel_lib.results.folders import RUN_FILE, run_folders
+from kernel_lib.results.writes import own_file
 
 STORE_ENV = "KERNEL_WORKBOOK_STORE"
 STORE_NAME = "history.sqlite"
@@ -45,6 +45,7 @@ RECORD_COLUMNS = (
     "run_id", "record_id", "notebook", "headline", "status", "median_ms", "ratio_vs_baseline",
     "ratio_low", "ratio_high", "fraction_of_peak", "record",
 )  # fmt: skip
+Stored = list[tuple[dict, list[dict]]]  # (run row, its record rows) per run, as added
 SCHEMA = """
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY, report TEXT NOT NULL, platform TEXT, device TEXT, git TEXT,
@@ -205,13 +206,14 @@ def ran(run: dict) -> set[str]:
     }
 
 
-def _record_rows(folder: Path, run_id: str, notebooks: set[str]) -> list[dict]:
+def _record_rows(folder: Path, run_id: str, notebooks: set[str], read: Read) -> list[dict]:
     rows = []
     for path in sorted(folder.glob(f"*{RESULTS_SUFFIX}")):
         notebook = path.name[: -len(RESULTS_SUFFIX)]
         if notebook not in notebooks:
             continue
-        for record in read_results(path):
+        saved = read[path.name].saved if path.name in read else read_results(path)
+        for record in saved:
             rows.append(
                 {
                     "run_id": run_id,
@@ -226,11 +228,11 @@ def _record_rows(folder: Path, run_id: str, notebooks: set[str]) -> list[dict]:
     return rows
 
 
-def report_runs(folder: str | Path, report: str | None = None) -> list[tuple[dict, list[dict]]]:
+def report_runs(folder: str | Path, report: str | None = None, read: Read | None = None) -> Stored:
     """(run row, record rows) of each run a report folder holds (its `run-<k>/` runs, or itself),
-    read and checked before anything is written; ParameterError naming a damaged file. The runs
-    of `run-<k>/` belong to the report `report` when given (an `ab` side), else to the folder's
-    own run.json."""
+    read and checked before anything is written (but the results files in `read`, as a runner
+    read them); ParameterError naming a damaged file. The runs of `run-<k>/` belong to the
+    report `report` when given (an `ab` side), else to the folder's own run.json."""
     folder = Path(folder).resolve()
     runs = run_folders(folder)
     if runs and report is None:
@@ -241,7 +243,8 @@ def report_runs(folder: str | Path, report: str | None = None) -> list[tuple[dic
     for run_folder in runs or [folder]:
         run = read_run(run_folder / RUN_FILE)
         row = _run_row(run_folder, run, report)
-        records = _record_rows(run_folder, row["run_id"], ran(run))
+        files = within(read, run_folder.name) if runs else read or {}
+        records = _record_rows(run_folder, row["run_id"], ran(run), files)
         _refuse_twice(run_folder, row["run_id"], records)
         out.append((row, records))
     return out
@@ -280,7 +283,7 @@ def add_report(folder: str | Path, path: str | Path, report: str | None = None) 
     return add_runs(report_runs(folder, report), path)
 
 
-def add_runs(runs: list[tuple[dict, list[dict]]], path: str | Path) -> list[str]:
+def add_runs(runs: Stored, path: str | Path) -> list[str]:
     """Add (or replace) `runs` (`report_runs`) in the store at `path`, in one transaction;
     returns their run ids."""
     with connect(path) as con, transaction(con):
@@ -290,17 +293,26 @@ def add_runs(runs: list[tuple[dict, list[dict]]], path: str | Path) -> list[str]
 
 
 def remember(
-    folder: str | Path, *, path: str | Path | None = None, report: str | None = None
-) -> None:
-    """The runners' hook: add the report `folder` (`add_report`) to the store at `path` (default:
-    its store, `store_path`); a store that fails says so in one line and never fails the run:
-    the report stands, and `--rebuild` brings the store back from it."""
+    folder: str | Path,
+    *,
+    path: str | Path | None = None,
+    report: str | None = None,
+    read: Read | None = None,
+) -> Stored:
+    """The runners' hook: add the runs of the report `folder` (`report_runs`, its results files
+    in `read` as the runner read them) to the store at `path` (default: its store,
+    `store_path`), and return them as added (none when nothing was); a store that fails says so
+    in one line and never fails the run: the report stands, and `--rebuild` brings the store
+    back from it."""
     try:
         path = path or store_path(report=folder)
         if path is not None:
-            add_report(folder, path, report)
+            runs = report_runs(folder, report, read)
+            add_runs(runs, path)
+            return runs
     except (ParameterError, OSError, sqlite3.Error) as err:
         print(f"warning: run not added to the results store: {err}", file=sys.stderr, flush=True)
+    return []
 
 
 def headline_value(record: dict) -> tuple[str, float | None]:

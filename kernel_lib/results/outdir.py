@@ -7,7 +7,7 @@ sibling `.staging-<name>-<pid>` folder and swapped in at the end (two renames th
 SIGTERM waits for), so an interrupted or failed run leaves the previous report untouched, and a
 finished run that cannot be swapped in is kept as `<out>.unswapped-<time>`. `install(report,
 out)`: a finished report copied over `out` the same way (`cloud collect`). The rules for every
-other file a command writes: kernel_lib.writes.
+other file a command writes: kernel_lib.results.writes.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 from kernel_lib.interrupts import deferred
 from kernel_lib.params import ParameterError
-from kernel_lib.report.aggregate import repeat_of
-from kernel_lib.reportfiles import refuse_special
-from kernel_lib.writes import RUN_FILE, copy_tree, is_report, refuse_checkout
+from kernel_lib.results.files import refuse_special
+from kernel_lib.results.folders import RUN_FILE, repeat_of
+from kernel_lib.results.writes import copy_tree, is_report, refuse_checkout
 
 KEPT = "unswapped"  # `<out>.unswapped-<time>`: a run that did not replace <out> (finished, or
 # the device run's, killed before its swap)

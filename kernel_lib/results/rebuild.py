@@ -2,11 +2,11 @@
 the results store, and nothing lost.
 
 The store is changed in place, in one transaction that holds its lock (a writer meanwhile waits,
-then commits after it), and only when it is a store (kernel_lib.history.store.connect: anything
+then commits after it), and only when it is a store (kernel_lib.results.store.connect: anything
 else, a damaged store or a user's file, is one line and left byte for byte) or new. Its runs that
 no folder under outputs/ holds (a report `run` replaced since, `ab`'s, imported ones) are kept;
 the runs found are read again (their rows as this code makes them). The store as it was is kept
-beside it, `<name>.<UTC time>.bak`, written whole (kernel_lib.writes.written).
+beside it, `<name>.<UTC time>.bak`, written whole (kernel_lib.results.writes.written).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import shutil
 from pathlib import Path
 from typing import NamedTuple
 
-from kernel_lib.history import store
 from kernel_lib.params import ParameterError
-from kernel_lib.report.aggregate import run_folders
-from kernel_lib.writes import RUN_FILE, written
+from kernel_lib.results import store
+from kernel_lib.results.folders import RUN_FILE, run_folders
+from kernel_lib.results.writes import written
 
 
 class Rebuilt(NamedTuple):

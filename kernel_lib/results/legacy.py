@@ -2,7 +2,7 @@
 names, so that `compare` matches old reports with new ones. The MoE sweeps wrote their swept
 count twice (`E=4,...,experts=4`: now only E, T or K), and the FP8 grouped GEMM check named its
 shape `experts`/`tokens` where the timed case says E/T. Applied when a report is read
-(`reportfiles`), as old headline labels are mapped to keys (`headlines.key_of`)."""
+(`results.files`), as old headline labels are mapped to keys (`headlines.key_of`)."""
 
 from __future__ import annotations
 
