@@ -47,6 +47,11 @@ HEADLINES = {
     "fp8.weight_only_decode_vs_bf16": Headline(
         "weight-only FP8 linear (W8A16, variant chosen here) vs bf16 linear, decode"
     ),
+    "fp8.weight_only_decode_vs_read": Headline(
+        "weight-only FP8 linear (W8A16, variant chosen here), decode: its weight's bytes per "
+        "second / a read of the same bytes",
+        "a read of the FP8 weight's bytes",
+    ),
     "backend.bf16_gemm_vs_fp32": Headline("bf16 GEMM vs fp32, largest swept size"),
     "backend.compiled_mlp_vs_eager": Headline("compiled MLP vs eager"),
 }

@@ -1,18 +1,23 @@
 """The weight-only FP8 (W8A16) section: per case (`Fp8BenchConfig.weight_only_cases`: decode and
 prefill rows of a Llama-style projection with per-output-channel scales, the first decode row count
 of a MoE expert's projection with 128 x 128 block scales) one interleaved `compare` of the bf16
-linear (baseline, the same weights rounded to bf16), a copy of the bf16 weight (the memory ceiling),
-dequantise-then-`F.linear` (the plain comparator), the variants: Inductor's compile of it, the
-C conversion then `F.linear`, and the C kernel converting FP8 in registers inside the GEMM, and
-the `fp8.weight_only_linear` plug-ins (`fn(x, weight: Fp8Weight)`, checked as the variants). The
-variant used here is chosen by measurement per case (`variants.choose`); the headline is that
-one against bf16 at the first decode row count of the projection. Each timed call takes the next of
+linear (baseline, the same weights rounded to bf16), a copy of the bf16 weight (the copy ceiling:
+each record's fraction_of_peak), a read of the FP8 weight's bytes (the read ceiling,
+`weight_only_peers`), ATen's int8 weight-only GEMM on an int8 copy of the same weights (the peer a
+PyTorch user on a CPU runs: the same bytes), dequantise-then-`F.linear` (the plain comparator:
+torchao's `Float8WeightOnlyConfig` path on a CPU), the variants: Inductor's compile of it, the C
+conversion then `F.linear`, and the C kernel converting FP8 in registers inside the GEMM, and the
+`fp8.weight_only_linear` plug-ins (`fn(x, weight: Fp8Weight)`, checked as the variants). The
+variant used here is chosen by measurement per case (`variants.choose`); the headlines are that
+one against bf16 at the first decode row count of the projection, and the same records against
+the read ceiling (case `weight_only_vs_read`: the weight's bytes per second over the read's). Each timed call takes the next of
 `weight_copies` equal copies of the weights (twice the device's last-level cache in all: a GPU's
 L2, a CPU's largest cache), so that a weight comes from memory, as in decoding, not from a cache
 it would fit in (a 4096 x 4096 FP8 weight is 16 MiB); `metrics.weight_copies` says how many."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -35,15 +40,25 @@ from kernel_lib.fp8.weight_only import (
     quantize_weight,
     weight_only_reference,
 )  # fmt: skip
-from kernel_lib.measure import MIN_ROUNDS, Candidate, Case, check_then_time
+from kernel_lib.fp8.weight_only_peers import (
+    aten_int8_linear,
+    int8_reference,
+    int8_weight,
+    read,
+    read_buffer,
+)
+from kernel_lib.measure import MIN_ROUNDS, Candidate, Case, check_then_time, with_baseline
 from kernel_lib.platform import DeviceFacts, last_level_cache_bytes
 from kernel_lib.plugins import registered
+from kernel_lib.profiling import pending
 from kernel_lib.variants import choose
 
 TOPIC = "fp8"
 VARIANTS = ("compiled_dequant_linear", "c_dequant_linear", "c_w8a16_linear")
 MAX_WEIGHT_COPIES = 64
 COPY_BASIS = "copy_ of the bf16 weight into a preallocated tensor, timed in alternation with it"
+READ_BASIS = "an int32 amax over the FP8 weight's bytes, timed in alternation with it"
+TORCHAO = "torchao Float8WeightOnlyConfig's path on a CPU: dequantise, then F.linear"
 
 
 def weight_copies(fp8_bytes: float, device: str = "cpu") -> int:
@@ -119,6 +134,34 @@ def _case(
             metrics=bf16,
         ),
     ]
+    buffers = [read_buffer(q) for q in qws]
+    q8, s8 = int8_weight(w.to(facts.device))
+    q8s = [q8] + [q8.clone() for _ in range(copies - 1)]
+    int8_bytes = float(q8.nbytes + s8.nbytes)
+    candidates += [
+        Candidate(
+            "read",
+            _rotating(read, buffers),
+            check=exact(read(buffers[0]), reference="the first copy's int32 maximum"),
+            bytes=float(buffers[0].nbytes),
+            dtype=f"float8_{FORMAT}",
+            metrics=fp8,
+        ),
+        Candidate(
+            "aten_int8pack_mm",
+            _rotating(lambda q: aten_int8_linear(x, q, s8), q8s),
+            check=against(
+                lambda: int8_reference(x, q8, s8),
+                reference="fp64 of the int8 weight times its bf16 per-channel scales, and bf16 x",
+                tolerance=bf16_tol,
+            ),
+            flops=shape.flops,
+            bytes=act + int8_bytes,
+            dtype="int8",
+            metrics=bf16
+            | {"weight_bytes": int8_bytes, "weight_bytes_vs_bf16": int8_bytes / bf16_bytes},
+        ),
+    ]
     label = f"fp64 of the {FORMAT} weight times its {scaling} scales, and bf16 x"
     check = against(lambda: weight_only_reference(x, qw), reference=label, tolerance=bf16_tol)
     paths = {
@@ -145,7 +188,8 @@ def _case(
                 )  # fmt: skip
             )
             continue
-        candidates.append(Candidate(name, fn, metrics=fp8, **timed))
+        named = fp8 | {"path": TORCHAO} if name == "dequant_linear" else fp8
+        candidates.append(Candidate(name, fn, metrics=named, **timed))
     return case, candidates + [
         Candidate(
             p.name,
@@ -158,11 +202,26 @@ def _case(
     ]
 
 
+def _against_read(records: list[rec.Record], implementation: str) -> rec.Record:
+    """`implementation`'s record of one compare against its read ceiling: ratio the read's time
+    over its own (interleaved rounds, with the interval), fraction_of_peak its weight's bytes
+    per second over the read's (case `weight_only_vs_read`, bytes the weight's)."""
+    vs_read = {r.implementation: r for r in with_baseline(records, "read")}
+    r, ceiling = vs_read[implementation], vs_read["read"]
+    r = dataclasses.replace(r, case="weight_only_vs_read", baseline="read", headline=None)
+    pending.share(r, vs_read[implementation])  # its profile: the same timed call
+    if r.status != "ok" or ceiling.status != "ok":
+        return r
+    weight = float(r.metrics["weight_bytes"])
+    r = dataclasses.replace(r, bytes=weight, gbps=weight / r.median_ms / 1e6)
+    return rec.with_peak(r, ceiling.gbps, basis=READ_BASIS, rate="gbps")
+
+
 def weight_only_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Record]:
     """Every W8A16 case's records (see the module docstring): bytes are the layer's own (x and
     output in bf16, the weight as stored: FP8 and fp32 scales, or bf16), fraction_of_peak their
     GB/s over the copy's; metrics.weight_bytes the weight's bytes (and _vs_bf16)."""
-    records, headline = [], None
+    records, headline, against_read = [], None, []
     first = config.weight_only_cases[0][0]
     for shape, scaling in config.weight_only_cases:
         case, candidates = _case(config, facts, shape, scaling)
@@ -184,6 +243,7 @@ def weight_only_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Re
         )
         if shape == first and scaling == "channel":
             headline = choice
+            against_read = [_against_read(got, choice)]
         copy = next(r for r in got if r.implementation == "copy")
         records += [
             rec.with_peak(r, copy.gbps, basis=COPY_BASIS, rate="gbps")
@@ -193,5 +253,7 @@ def weight_only_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Re
         ]
     if headline is None:
         return records
-    key = "fp8.weight_only_decode_vs_bf16"
-    return declare(records, headline, first.as_dict() | {"scaling": "channel"}, key)
+    at = first.as_dict() | {"scaling": "channel"}
+    return declare(records, headline, at, "fp8.weight_only_decode_vs_bf16") + declare(
+        against_read, headline, at, "fp8.weight_only_decode_vs_read"
+    )

@@ -73,6 +73,13 @@ def put(record: Record, fn: Callable[[], object], device: torch.device | str) ->
     _PENDING[identity(record)] = (as_timed, device)
 
 
+def share(record: Record, source: Record) -> None:
+    """`record`, made from `source`'s samples (the same call against another baseline), profiled
+    with the call put for `source`."""
+    if identity(source) in _PENDING:
+        _PENDING[identity(record)] = _PENDING[identity(source)]
+
+
 def take(record: Record) -> tuple[Callable[[], object], torch.device | str] | None:
     """The call put for `record`, or None."""
     return _PENDING.get(identity(record))

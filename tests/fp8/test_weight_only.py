@@ -9,8 +9,8 @@ import torch
 
 from kernel_lib import c_kernels
 from kernel_lib import records as rec
-from kernel_lib.checks import against, relative_error
-from kernel_lib.fp8 import bench_weight_only, quantize_compiled, weight_only_c
+from kernel_lib.checks import Unsupported, against, relative_error
+from kernel_lib.fp8 import bench_weight_only, quantize_compiled, weight_only_c, weight_only_peers
 from kernel_lib.fp8.checks import TOLERANCES
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.weight_only import (
@@ -25,6 +25,8 @@ from kernel_lib.fp8.weight_only_c import (
     c_w8a16_linear,
 )  # fmt: skip
 from kernel_lib.platform import device_facts
+from kernel_lib.profiling.capture import profiled
+from kernel_lib.profiling.pending import PROFILE_ENV
 
 SHAPES = [(1, 200, 72), (3, 131, 259), (4, 136, 33), (17, 300, 130)]  # (M, K, N): ragged K, N
 PATHS = {"c_w8a16_linear": c_w8a16_linear, "c_dequant_linear": c_dequant_linear}
@@ -183,17 +185,56 @@ TINY = Fp8BenchConfig.from_params(
 def test_the_section_times_every_path_with_bytes_and_declares_the_decode_headline():
     records = bench_weight_only.weight_only_speed(TINY, device_facts())
     frame = rec.to_frame(records)
-    assert set(frame["implementation"]) == {
-        "bf16_linear", "copy", "dequant_linear", *bench_weight_only.VARIANTS
+    compared = frame[frame["case"] == "weight_only_linear"]
+    assert set(compared["implementation"]) == {
+        "bf16_linear", "copy", "read", "aten_int8pack_mm", "dequant_linear",
+        *bench_weight_only.VARIANTS,
     }  # fmt: skip
-    assert len(frame) == 6 * len(TINY.weight_only_cases) and (frame["status"] == "ok").all()
+    assert len(compared) == 8 * len(TINY.weight_only_cases)
+    off = frame["status"] != "ok"  # ATen's int8 kernel is never called at K = 72
+    assert (frame[off]["implementation"] == "aten_int8pack_mm").all()
+    assert (frame[off]["shape.K"] == 72).all() and off.sum() == 3
+    assert frame[off]["reason"].str.contains("not a multiple of 16").all()
     fp8 = frame[frame["dtype"] == "float8_e4m3fn"]
     assert (fp8["metrics.weight_bytes_vs_bf16"] < 0.6).all()  # FP8 bytes and fp32 scales
-    assert frame[frame["implementation"] != "copy"]["fraction_of_peak"].notna().all()
-    heads = frame[frame["headline"].notna()]
-    assert heads["headline"].tolist() == ["fp8.weight_only_decode_vs_bf16"]
-    assert heads["implementation"].iloc[0] == heads["variant"].iloc[0]
-    assert (heads["shape.M"].iloc[0], heads["shape.scaling"].iloc[0]) == (1, "channel")
+    int8 = compared[(compared["implementation"] == "aten_int8pack_mm") & ~off]
+    assert len(int8) == 1 and (int8["metrics.weight_bytes_vs_bf16"] < 0.6).all()
+    assert int8["check.pass"].all()
+    timed = compared[(compared["implementation"] != "copy") & ~off]
+    assert timed["fraction_of_peak"].notna().all()
+    heads = frame[frame["headline"].notna()].set_index("headline")
+    assert sorted(heads.index) == [
+        "fp8.weight_only_decode_vs_bf16",
+        "fp8.weight_only_decode_vs_read",
+    ]
+    assert (heads["implementation"] == heads["variant"]).all()
+    assert (heads["shape.M"] == 1).all() and (heads["shape.scaling"] == "channel").all()
+    read = heads.loc["fp8.weight_only_decode_vs_read"]
+    assert read["case"] == "weight_only_vs_read" and read["baseline"] == "read"
+    assert read["ratio_low"] <= read["ratio_vs_baseline"] <= read["ratio_high"]
+    assert read["fraction_of_peak"] > 0 and read["bytes"] == read["metrics.weight_bytes"]
+
+
+def test_the_read_ceiling_reads_the_weights_bytes_and_the_int8_peer_is_checked():
+    """The read covers the FP8 data and its scales; ATen's int8 GEMM on an int8 copy passes
+    against its own fp64 reference, and fails it with its scales dropped (teeth)."""
+    with pytest.raises(Unsupported, match="K=72"):  # out of bounds there: never called
+        weight_only_peers.aten_int8_linear(
+            _x(1, 72), *weight_only_peers.int8_weight(torch.ones(8, 72))
+        )
+    qw = _weight(48, 80, "channel", special=False)
+    buffer = weight_only_peers.read_buffer(qw)
+    assert buffer.dtype == torch.int32 and buffer.nbytes >= qw.nbytes > buffer.nbytes - 4
+    assert weight_only_peers.read(buffer) == buffer.max()
+    x, w = _x(3, 80), torch.randn(48, 80)
+    q, scales = weight_only_peers.int8_weight(w)
+    check = against(
+        lambda: weight_only_peers.int8_reference(x, q, scales),
+        reference="fp64",
+        tolerance=TOLERANCES["bf16_out"],
+    )
+    assert check(weight_only_peers.aten_int8_linear(x, q, scales)).passed
+    assert not check(weight_only_peers.aten_int8_linear(x, q, torch.ones_like(scales))).passed
 
 
 @pytest.mark.slow
@@ -242,3 +283,15 @@ def test_each_timed_call_reads_the_next_copy():
     for _ in range(4):
         call()
     assert seen == ["a", "b", "c", "a"]
+
+
+@pytest.mark.slow
+def test_both_decode_headlines_get_the_profile_of_their_one_timed_call(monkeypatch, tmp_path):
+    """The read-ceiling headline is made from the chosen variant's samples: it is profiled with
+    that call, never flagged as having none."""
+    monkeypatch.setenv(PROFILE_ENV, "headlines")
+    monkeypatch.setenv(rec.RESULTS_DIR_ENV, str(tmp_path))
+    records = profiled(bench_weight_only.weight_only_speed(TINY, device_facts()))
+    heads = {r.headline: r for r in records if r.headline}
+    assert set(heads) == {"fp8.weight_only_decode_vs_bf16", "fp8.weight_only_decode_vs_read"}
+    assert all(r.profile and not r.flags for r in heads.values())
