@@ -33,6 +33,7 @@ try:  # a Ctrl-C while importing (torch: seconds) is the usual one line, not a t
     )  # fmt: skip
     from kernel_lib.platform import detect_platform, device_facts
     from kernel_lib.profiling.pending import notebook_params, profile_mode
+    from kernel_lib.results.folders import RUN_FILE
 except KeyboardInterrupt:
     if __name__ != "__main__":
         raise
@@ -106,8 +107,8 @@ def cmd_report(args) -> int:
 
     dirs = [Path(d) for d in args.dirs]
     for d in dirs:
-        if not (d / "run.json").exists():
-            raise ParameterError(f"{d} is not a report folder (no run.json)")
+        if not (d / RUN_FILE).exists():
+            raise ParameterError(f"{d} is not a report folder (no {RUN_FILE})")
     if args.gallery:
         galleries = [Path(args.gallery)]
     elif not dirs:

@@ -34,6 +34,7 @@ from kernel_lib.compare import CompareError, runs_with_records
 from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX
 from kernel_lib.results.files import read_results, read_run
+from kernel_lib.results.folders import RUN_FILE
 from kernel_lib.results.writes import output_file, write_text
 
 FORMATS = ("pytorch-v3", "bmf")
@@ -51,7 +52,7 @@ def timed_records(folder: str | Path) -> list[dict]:
 
 
 def _run_meta(folder: Path) -> dict:
-    path = folder / "run.json"
+    path = folder / RUN_FILE
     return read_run(path) if path.exists() else {}
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 from kernel_lib.compare import DEFAULT_FACTOR, compare_folders
 from kernel_lib.measure import TEST_SLOWDOWN_ENV
 from kernel_lib.records import PLATFORM_ENV, RUN_ID_ENV
+from kernel_lib.results.folders import RUN_PREFIX
 from kernel_lib.results.writes import output_folder, write_text
 
 NAME = "sensitivity"  # the benchmark's topic and results file
@@ -107,12 +108,12 @@ def collect(out: Path, *, trials: int, runs: int, levels=LEVELS, log=print) -> N
         for k in range(1, runs + 1):
             shift = (k - 1) % len(order)  # each side takes every place in the order in turn
             for name, level in order[shift:] + order[:shift]:
-                run_once(out / f"trial-{t}" / name / f"run-{k}", level)
+                run_once(out / f"trial-{t}" / name / f"{RUN_PREFIX}{k}", level)
         log(f"trial {t}/{trials} done")
 
 
 def _runs(out: Path, trial: int, side: str, n: int) -> list[Path]:
-    return [out / f"trial-{trial}" / side / f"run-{k}" for k in range(1, n + 1)]
+    return [out / f"trial-{trial}" / side / f"{RUN_PREFIX}{k}" for k in range(1, n + 1)]
 
 
 def verdicts(

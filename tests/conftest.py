@@ -1,7 +1,12 @@
-"""Shared fixtures: a CPU DeviceFacts, and tiny notebooks/parameter files for runner tests."""
+"""Shared fixtures: a CPU DeviceFacts, tiny notebooks/parameter files for runner tests, and the
+factories of fake records and report folders (tests/fakes.py) with the results store's runs."""
 
 import collections
+import contextlib
+import io
+import json
 import os
+import shutil
 
 import matplotlib
 import nbformat
@@ -9,6 +14,7 @@ import pytest
 import torch
 
 from kernel_lib.platform import DeviceFacts, threads_each
+from tests import fakes
 
 matplotlib.use("Agg")
 
@@ -137,3 +143,139 @@ def plugin_registry():
     yield REGISTRY
     REGISTRY.clear()
     REGISTRY.update(saved)
+
+
+@pytest.fixture
+def one_notebook_plan(tmp_path):
+    """`one_notebook_plan(source)`: the plan of platform p, one notebook `timed` running `source`
+    (tmp_path/notebooks and tmp_path/parameters)."""
+    from kernel_lib.params import load_plan
+
+    def plan(source: str):
+        nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
+        nbs.mkdir(), prm.mkdir()
+        _write_notebook(nbs / "timed.ipynb", source)
+        (prm / "p.yaml").write_text("workbook: {notebooks: [timed]}\n")
+        return load_plan("p", parameters_dir=prm, notebooks_dir=nbs)
+
+    return plan
+
+
+@pytest.fixture
+def fake_execute():
+    """A stand-in for kernel_lib.run.runner.execute: each notebook run in no time, empty."""
+    return fakes.fake_execute
+
+
+@pytest.fixture
+def cli_run():
+    """`cli_run(*args)`: (exit code, stdout, stderr) of `python -m kernel_lib ARGS`, run here."""
+
+    def run(*args) -> tuple[int, str, str]:
+        from kernel_lib import __main__ as cli
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main([str(a) for a in args])
+        return code, out.getvalue(), err.getvalue()
+
+    return run
+
+
+# ----------------------------------------------------------------- fake records and report folders
+
+
+@pytest.fixture
+def make_record():
+    """`make_record(case="small", ms=1.0, *, topic="gemm", implementation="torch_mm", shape=...,
+    samples=None, status="ok", reason="", **fields)`: a timed, checked Record (fakes.record)."""
+    return fakes.record
+
+
+@pytest.fixture
+def make_run():
+    """`make_run(folder, records=None, *, name="bench", run_id="r1", platform="cpu",
+    started_utc=..., git=..., environment=None, notebooks=None, entry=None, repeat=1,
+    run_ids=None, **run_json)`: a report folder as the runner leaves it (fakes.report)."""
+    return fakes.report
+
+
+# ---------------------------------------------------------------- the results store's runs
+
+
+def _samples(ms: float, spread: float) -> tuple[float, ...]:
+    """20 raw samples around `ms`, within +-`spread` of it (deterministic)."""
+    return tuple(ms * (1 + spread * ((i * 7) % 11 - 5) / 5) for i in range(20))
+
+
+@pytest.fixture
+def make_dated_run(make_run, make_record):
+    """`make_dated_run(folder, run_id, day, *, repeat=1, scale=1.0, git="abc1234", spread=0.02,
+    busy="", environment=None)`: a report of one run on 2026-01-<day>, or of `repeat` runs
+    (run-<k>/, within 2 % of each other) and their aggregate run.json. Its `bench` notebook holds
+    a headline (fakes.HEADLINE, 1.5x) and a timed record `large` with 20 raw samples within
+    +-`spread`; `scale` multiplies the large case's times (an injected slowdown); `busy`: the
+    runner's reason to distrust the run's timings ('' if none)."""
+
+    def records(scale: float, spread: float):
+        ratio = {"ratio_vs_baseline": 1.5, "ratio_low": 1.4, "ratio_high": 1.6}
+        large = 4.0 * scale
+        return [
+            make_record("small", 1.0, headline=fakes.HEADLINE, **ratio),
+            make_record("large", large, samples=_samples(large, spread)),
+        ]
+
+    def dated(
+        folder, run_id, day, *, repeat=1, scale=1.0, git="abc1234", spread=0.02, busy="",
+        environment=None,
+    ):  # fmt: skip
+        started = f"2026-01-{day:02d}T00:00:00+00:00"
+        at = {"run_id": run_id, "started_utc": started, "git": git, "environment": environment}
+        if repeat == 1:
+            entry = {"machine": {**fakes.MACHINE, "busy": busy}}
+            return make_run(folder, records(scale, spread), entry=entry, **at)
+        # the runs of one side within 2 % of each other, as on a quiet machine
+        entry = {"machine": {**fakes.MACHINE, "busy": ""}}
+        runs = lambda k: records(scale * (1 + k / 100), 0.02)
+        return make_run(folder, runs, repeat=repeat, entry=entry, **at)
+
+    return dated
+
+
+@pytest.fixture
+def two_stored_runs(make_dated_run):
+    """`two_stored_runs(tmp_path, *, repeat=1, scale=1.0, spread=0.02, busy="")`: two runs into
+    outputs/cpu, one after another (r1 on day 1, r2 of git def5678 on day 2, scaled by `scale`),
+    each added by the runners' hook: the second replaces the first report, the store keeps both;
+    returns the store."""
+    from kernel_lib.results import store
+
+    def two(root, *, repeat=1, scale=1.0, spread=0.02, busy=""):
+        report = root / "outputs" / "cpu"
+        make_dated_run(report, "r1", 1, repeat=repeat, spread=spread)
+        store.remember(report)
+        shutil.rmtree(report)
+        make_dated_run(
+            report, "r2", 2, repeat=repeat, scale=scale, git="def5678", spread=spread, busy=busy
+        )
+        store.remember(report)
+        return root / "outputs" / store.STORE_NAME
+
+    return two
+
+
+@pytest.fixture
+def make_ab_run(make_dated_run):
+    """`make_ab_run(out, slow_b=None)`: an `ab` run as it leaves .cache/ab/<run>: ab.json and one
+    finished run a side (days 10 and 11)."""
+    from kernel_lib.compare import ab_layout
+
+    def ab_run(out, slow_b=None):
+        out.mkdir(parents=True)
+        state = {"runs": 1, "factor": None, "slow_b": slow_b}
+        (out / ab_layout.STATE).write_text(json.dumps(state))
+        for day, side in enumerate(ab_layout.SIDES, 10):
+            make_dated_run(out / side / "run-1", f"{out.name}-{side}", day)
+        return out
+
+    return ab_run

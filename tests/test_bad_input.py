@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 from kernel_lib import __main__ as cli
 from kernel_lib import params
 from kernel_lib.params import ParameterError, load_plan, notebook_parameters, parse_override
-from kernel_lib.platform import DeviceFacts, device_facts, device_of_platform, is_device
+from kernel_lib.platform import DeviceFacts, device_facts
 from kernel_lib.profiling.pending import PROFILE_ENV
+from tests.fakes import another_device
 
-# a parameter file for a device this machine is not
-ANOTHER_DEVICE = next(
-    p for p in ("gcp-tpu-v5e", "h100") if not is_device(device_facts(), device_of_platform(p))
-)
+ANOTHER_DEVICE = another_device()  # a parameter file for a device this machine is not
 GOOD = "workbook: {notebooks: [backend_cpu, fp8, flex_attention, moe]}\n"
 # "Billion laughs": nine lists of nine aliases of the one before, 9^9 items once expanded.
 LAUGHS = (

@@ -68,7 +68,7 @@ FAST = {
     "fp8": ["fp8_min_time_s=0.001"],
 }
 # fp8 runs with the acceptance plug-ins (docs/plugins.md): the W8A16 one in every weight-only case
-PLUGINS = {"fp8": ("tests/plugin_kernels.py", "my_w8a16", "weight_only")}
+PLUGINS = {"fp8": ("tests/plugin_kernels.py", "my_w8a16", "weight_only_linear")}
 
 
 @pytest.mark.slow

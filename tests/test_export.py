@@ -6,7 +6,8 @@ import jsonschema
 import pytest
 
 from kernel_lib import export
-from kernel_lib.records import Record, stamp, to_dicts
+from kernel_lib.records import Record
+from tests import fakes
 
 # The PyTorch OSS benchmark database v3 row (pytorch/test-infra,
 # clickhouse_db_schema/oss_ci_benchmark_v3/schema.sql), the parts a benchmark writes.
@@ -43,21 +44,21 @@ BMF_SCHEMA = {
 
 
 def rec(case, *, status="ok", ms=None, mode="forward", **fields):
+    """moe/<case>/dispatch on a GPU, timed at `ms` (4 samples, p90 at 1.2 of it) or untimed."""
     timing = {}
     if ms is not None:
         timing = dict(
-            median_ms=ms,
-            p10_ms=ms * 0.9,
             p90_ms=ms * 1.2,
-            min_ms=ms * 0.8,
             reps=4,
-            method="test",
-            samples_ms=(ms * 0.8, ms * 0.95, ms * 1.05, ms * 1.3),
+            samples=(ms * 0.8, ms * 0.95, ms * 1.05, ms * 1.3),
             tflops=2.0 / ms,
+            check={"rel_error": 1e-3, "pass": True},
+            metrics={},
         )
-    return Record(
+    return fakes.record(
+        case,
+        ms,
         topic="moe",
-        case=case,
         implementation="dispatch",
         device="Test GPU",
         backend="cuda",
@@ -66,7 +67,6 @@ def rec(case, *, status="ok", ms=None, mode="forward", **fields):
         mode=mode,
         status=status,
         reason="" if status == "ok" else "on purpose",
-        check={"rel_error": 1e-3, "pass": True} if ms else None,
         **timing,
         **fields,
     )
@@ -81,38 +81,39 @@ RECORDS = [
 ]
 
 
-def write_run(folder, records=RECORDS, run_id="r1", scale=1.0):
-    folder.mkdir(parents=True)
-    if scale != 1.0:
-        records = [
-            Record(**{**r.__dict__, "median_ms": r.median_ms * scale}) if r.median_ms else r
-            for r in records
-        ]
-    rows = to_dicts(stamp(records, run_id=run_id, platform="h100"))
-    (folder / "moe.results.json").write_text(json.dumps(rows))
-    run = {
-        "platform": "h100",
-        "run_id": run_id,
-        "git": "abc1234",
-        "environment": {
-            "backend": "cuda",
-            "name": "NVIDIA H100 80GB HBM3",
-            "memory_GiB": 79.1,
-            "compute_units": "132 SMs",
-            "torch": "2.13.0",
-            "triton": "3.7.1",
-        },
-        "notebooks": [],
-    }
-    (folder / "run.json").write_text(json.dumps(run))
-    return rows
+H100 = {
+    "backend": "cuda",
+    "name": "NVIDIA H100 80GB HBM3",
+    "memory_GiB": 79.1,
+    "compute_units": "132 SMs",
+    "torch": "2.13.0",
+    "triton": "3.7.1",
+}
+
+
+@pytest.fixture
+def write_run(make_run):
+    """`write_run(folder, records=RECORDS, run_id="r1", scale=1.0)`: a run of the moe notebook on
+    an H100, its times scaled by `scale`; returns the records as saved."""
+
+    def write(folder, records=RECORDS, run_id="r1", scale=1.0):
+        if scale != 1.0:
+            records = [
+                Record(**{**r.__dict__, "median_ms": r.median_ms * scale}) if r.median_ms else r
+                for r in records
+            ]
+        run = {"run_id": run_id, "platform": "h100", "environment": H100, "notebooks": []}
+        make_run(folder, records, name="moe", **run)
+        return json.loads((folder / "moe.results.json").read_text())
+
+    return write
 
 
 def timed_rows(rows):
     return {r["record_id"]: r for r in rows if r["status"] == "ok" and r["median_ms"]}
 
 
-def test_pytorch_v3_layout(tmp_path):
+def test_pytorch_v3_layout(tmp_path, write_run):
     write_run(tmp_path / "rep")
     objs = export.export(tmp_path / "rep", "pytorch-v3")
     assert len(objs) == 2  # only the ok, timed records
@@ -146,7 +147,7 @@ def test_pytorch_v3_layout(tmp_path):
     assert modes == {"forward": "inference", "forward_backward": "training"}
 
 
-def test_pytorch_v3_round_trip(tmp_path):
+def test_pytorch_v3_round_trip(tmp_path, write_run):
     rows = write_run(tmp_path / "rep")
     out = tmp_path / "v3.json"
     from kernel_lib import __main__ as cli
@@ -168,7 +169,7 @@ def test_pytorch_v3_round_trip(tmp_path):
         assert shape == r["shape"]
 
 
-def test_bmf_layout_and_round_trip(tmp_path):
+def test_bmf_layout_and_round_trip(tmp_path, write_run):
     rows = write_run(tmp_path / "rep")
     data = export.export(tmp_path / "rep", "bmf")
     jsonschema.validate(data, BMF_SCHEMA)
@@ -185,7 +186,7 @@ def test_bmf_layout_and_round_trip(tmp_path):
         assert measures["tflops"] == {"value": pytest.approx(r["tflops"])}
 
 
-def test_bmf_over_several_runs(tmp_path):
+def test_bmf_over_several_runs(tmp_path, write_run):
     for k, scale in enumerate((1.0, 1.1, 0.9)):
         write_run(tmp_path / "rep" / f"run-{k + 1}", run_id=f"r{k}", scale=scale)
     data = export.export(tmp_path / "rep", "bmf")

@@ -156,3 +156,11 @@ def test_no_module_over_450_lines():
     long = {str(f.relative_to(ROOT)): n for f in PACKAGE.rglob("*.py")
             if (n := len(f.read_text().splitlines())) > 450}  # fmt: skip
     assert not long
+
+
+def test_test_folders_mirror_the_packages():
+    """tests/<package>/ holds the tests of kernel_lib/<package>/ (DESIGN.md, Layers); tests of
+    a top-level module stay at tests/ top level."""
+    folders = {p.parent.name for p in (ROOT / "tests").glob("[!.]*/test_*.py")}
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert folders <= packages, f"test folders without a package: {sorted(folders - packages)}"

@@ -14,7 +14,8 @@ from kernel_lib.measure import (
     injected_slowdown,
 )
 from kernel_lib.platform import device_facts
-from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
+from kernel_lib.records import RESULTS_SUFFIX
+from tests import fakes
 
 
 class _Clock:
@@ -87,38 +88,31 @@ def test_a_malformed_knob_is_a_one_line_error_not_ignored(monkeypatch, value):
     assert "\n" not in str(err.value)
 
 
-def _record(implementation: str, ms: float) -> Record:
-    return Record(
-        topic=sensitivity.NAME,
-        case="elementwise",
-        implementation=implementation,
-        device="Test CPU",
-        backend="cpu",
-        dtype="float32",
-        shape={"n": 8},
-        median_ms=ms,
-        p10_ms=ms,
-        p90_ms=ms,
-        reps=5,
-        method="test",
-    )
+@pytest.fixture
+def write_trials(make_record):
+    """`write_trials(out, trials, runs)`: fake runs: relu 1 ms times (1 + level) on side B, add 1
+    ms everywhere, a little noise; no raw samples (one run a side is never tested)."""
+
+    def write(out, trials: int, runs: int, noise=(1.0, 1.01, 0.99, 1.02, 0.98)):
+        at = {"topic": sensitivity.NAME, "case": "elementwise", "shape": {"n": 8}, "samples": ()}
+        for t in range(1, trials + 1):
+            for name, level in sensitivity.sides(sensitivity.LEVELS):
+                for k in range(1, runs + 1):
+                    folder = out / f"trial-{t}" / name / f"run-{k}"
+                    folder.mkdir(parents=True)
+                    jitter = noise[(k + t) % len(noise)]
+                    records = [
+                        make_record(implementation="relu", ms=(1 + level) * jitter, **at),
+                        make_record(implementation="add", ms=jitter, **at),
+                    ]
+                    rows = fakes.rows(records, f"{t}{name}{k}", "sensitivity")
+                    (folder / f"{sensitivity.NAME}{RESULTS_SUFFIX}").write_text(json.dumps(rows))
+
+    return write
 
 
-def _write_trials(out, trials: int, runs: int, noise=(1.0, 1.01, 0.99, 1.02, 0.98)):
-    """Fake runs: relu 1 ms times (1 + level) on side B, add 1 ms everywhere, a little noise."""
-    for t in range(1, trials + 1):
-        for name, level in sensitivity.sides(sensitivity.LEVELS):
-            for k in range(1, runs + 1):
-                folder = out / f"trial-{t}" / name / f"run-{k}"
-                folder.mkdir(parents=True)
-                jitter = noise[(k + t) % len(noise)]
-                records = [_record("relu", (1 + level) * jitter), _record("add", jitter)]
-                rows = to_dicts(stamp(records, run_id=f"{t}{name}{k}", platform="sensitivity"))
-                (folder / f"{sensitivity.NAME}{RESULTS_SUFFIX}").write_text(json.dumps(rows))
-
-
-def test_the_tally_counts_compare_verdicts_per_level_and_runs_a_side(tmp_path):
-    _write_trials(tmp_path, trials=2, runs=3)
+def test_the_tally_counts_compare_verdicts_per_level_and_runs_a_side(tmp_path, write_trials):
+    write_trials(tmp_path, trials=2, runs=3)
     table = sensitivity.tally(tmp_path, trials=2, runs_a_side=(1, 3), factor=1.05)
     row = table.set_index(["comparison", "record", "runs_a_side"])
     assert row.loc[("A vs +20%", "relu (slowed)", 3), "slower"] == 2

@@ -10,7 +10,6 @@ import pytest
 
 from kernel_lib.__main__ import TOPICS
 from kernel_lib.params import ROOT
-from kernel_lib.records import Record
 from kernel_lib.suite import Context, Section, Suite
 
 
@@ -91,47 +90,53 @@ def test_a_section_not_in_the_suite_is_one_line_naming_it(name):
     assert "\n" not in str(err.value)
 
 
-def _record(case: str) -> Record:
-    return Record(topic="toy", case=case, implementation="i", device="d", backend="cpu")
+@pytest.fixture
+def toy(make_record):
+    """`toy(calls)`: a Suite "toy" of three sections, each appending its name to `calls`."""
+    at = {"topic": "toy", "implementation": "i", "device": "d"}
+
+    def toy(calls: list[str]) -> Suite:
+        """Three sections: a list of records, an object carrying `.records` and a table, and one
+        that reads the second's output."""
+
+        def first(ctx):
+            calls.append("first")
+            return [make_record("first", **at)]
+
+        def second(ctx):
+            calls.append("second")
+            return SimpleNamespace(
+                table="shown",
+                records=[make_record("second_a", **at), make_record("second_b", **at)],
+            )
+
+        def third(ctx):
+            calls.append("third")
+            return [make_record(f"third_after_{ctx.output('second').table}", **at)]
+
+        return Suite(
+            "toy",
+            (
+                Section("first", first, "one record"),
+                Section("second", second, "two records and a table"),
+                Section("third", third, "one record naming what it read"),
+            ),
+        )
+
+    return toy
 
 
-def _toy(calls: list[str]) -> Suite:
-    """Three sections: a list of records, an object carrying `.records` and a table, and one
-    that reads the second's output."""
-
-    def first(ctx):
-        calls.append("first")
-        return [_record("first")]
-
-    def second(ctx):
-        calls.append("second")
-        return SimpleNamespace(table="shown", records=[_record("second_a"), _record("second_b")])
-
-    def third(ctx):
-        calls.append("third")
-        return [_record(f"third_after_{ctx.output('second').table}")]
-
-    return Suite(
-        "toy",
-        (
-            Section("first", first, "one record"),
-            Section("second", second, "two records and a table"),
-            Section("third", third, "one record naming what it read"),
-        ),
-    )
-
-
-def test_suite_runs_every_section_once_in_the_declared_order():
+def test_suite_runs_every_section_once_in_the_declared_order(toy):
     calls = []
     ctx = Context(config=None, facts=None)
-    got = _toy(calls).run_all(ctx)
+    got = toy(calls).run_all(ctx)
     assert calls == ["first", "second", "third"]
     assert [r.case for r in got] == ["first", "second_a", "second_b", "third_after_shown"]
     assert got is ctx.records and list(ctx.outputs) == ["first", "second", "third"]
 
 
-def test_run_appends_its_records_and_keeps_its_output():
-    suite, ctx = _toy([]), Context(config=None, facts=None)
+def test_run_appends_its_records_and_keeps_its_output(toy):
+    suite, ctx = toy([]), Context(config=None, facts=None)
     records = ctx.records  # the notebook's `records` is this list
     suite.run("first", ctx)
     out = suite.run("second", ctx)
@@ -139,9 +144,9 @@ def test_run_appends_its_records_and_keeps_its_output():
     assert [r.case for r in records] == ["first", "second_a", "second_b"]
 
 
-def test_a_section_reading_an_earlier_one_that_did_not_run_says_which():
+def test_a_section_reading_an_earlier_one_that_did_not_run_says_which(toy):
     with pytest.raises(ValueError, match="section 'second' has not run yet"):
-        _toy([]).run("third", Context(config=None, facts=None))
+        toy([]).run("third", Context(config=None, facts=None))
 
 
 def test_section_names_are_unique():

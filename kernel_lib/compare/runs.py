@@ -12,7 +12,7 @@ from kernel_lib.params import ParameterError
 from kernel_lib.records import RESULTS_SUFFIX, record_id
 from kernel_lib.results import store
 from kernel_lib.results.files import read_results, read_run
-from kernel_lib.results.folders import run_folders
+from kernel_lib.results.folders import RUN_FILE, run_folders
 
 
 class CompareError(ParameterError):
@@ -83,7 +83,7 @@ def load_run(folder: str | Path) -> Run:
     present, else from the records); ParameterError naming a damaged file, or one that is a link,
     a FIFO or a device (`results.files.regular_bytes`)."""
     folder = Path(folder)
-    run_json = folder / "run.json"
+    run_json = folder / RUN_FILE
     present = run_json.exists() or run_json.is_symlink()  # a link, even a dangling one: refused
     meta = read_run(run_json) if present else {}
     stale = tuple(nb["notebook"] for nb in meta.get("notebooks", []) if nb.get("stale_results"))

@@ -42,6 +42,7 @@ from kernel_lib.interrupts import terminate_as_interrupt
 from kernel_lib.params import ParameterError  # papermill only when used
 from kernel_lib.profiling.pending import notebook_params
 from kernel_lib.results import outdir
+from kernel_lib.results.folders import RUN_FILE
 
 ROOT = wheels.ROOT
 REHEARSALS = ROOT / ".cache" / "device-run"  # --dry-run's report folders, never outputs/
@@ -124,7 +125,7 @@ def quick_platform(progress: Progress, env: dict) -> str:
 def _entry(out: Path, notebook: str) -> dict:
     """`notebook`'s line in the report's run.json ({} where there is none)."""
     try:
-        run = json.loads((out / "run.json").read_text())
+        run = json.loads((out / RUN_FILE).read_text())
     except (OSError, ValueError):
         return {}
     return next((n for n in run.get("notebooks", []) if n.get("notebook") == notebook), {})
@@ -218,7 +219,7 @@ def write_archive(folders: list[Path], path: Path, log: list[str]) -> Path:
 def made(report: Path) -> tuple | None:
     """Which run.json `report` holds (None: none): each run the runner swaps in has its own."""
     try:
-        stat = (report / "run.json").stat()
+        stat = (report / RUN_FILE).stat()
     except OSError:
         return None
     return stat.st_ino, stat.st_mtime_ns, stat.st_size

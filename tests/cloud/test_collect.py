@@ -16,7 +16,7 @@ import pytest
 from kernel_lib.__main__ import main
 from kernel_lib.params import ROOT, ParameterError
 from kernel_lib.results.outdir import install
-from tests.test_damaged_reports import RESULTS, write_report
+from tests.fakes import RESULTS
 
 
 @pytest.mark.slow  # rebuilds every report of outputs/reference and the gallery
@@ -72,13 +72,13 @@ def test_a_bucket_url_a_shell_would_read_is_refused_before_anything_runs(
     assert err.count("\n") == 1 and sorted(tmp_path.iterdir()) == []
 
 
-def test_the_sync_line_gets_the_bucket_and_the_folder_quoted(tmp_path, monkeypatch):
+def test_the_sync_line_gets_the_bucket_and_the_folder_quoted(tmp_path, monkeypatch, make_run):
     """A temporary folder whose name a shell would read: the sync line gets it as one word."""
     weird = tmp_path / "tmp; touch F $(touch G)"
     weird.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(weird))
     monkeypatch.chdir(tmp_path)
-    args = _fake_sky(monkeypatch, write_report(tmp_path / "job" / "cpu"))
+    args = _fake_sky(monkeypatch, make_run(tmp_path / "job" / "cpu"))
     outputs = tmp_path / "outputs"
     assert main(["cloud", "collect", "gs://bucket/run-1", "--out", str(outputs)]) == 0
     bucket, folder = args.read_text().splitlines()
@@ -112,11 +112,13 @@ def _tree(root: Path) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["link out", "link to /dev/zero", "FIFO", "linked report"])
-def test_a_report_holding_a_link_or_a_fifo_is_refused_nothing_copied(tmp_path, capsys, kind):
+def test_a_report_holding_a_link_or_a_fifo_is_refused_nothing_copied(
+    tmp_path, capsys, kind, make_run
+):
     source, outputs = tmp_path / "bucket", tmp_path / "outputs"
-    write_report(source / "ci")
-    refused = _special(kind)(write_report(source / "cpu"))
-    write_report(outputs / "cpu")  # an earlier report: kept byte for byte
+    make_run(source / "ci")
+    refused = _special(kind)(make_run(source / "cpu"))
+    make_run(outputs / "cpu")  # an earlier report: kept byte for byte
     (outputs / "cpu" / "mine.txt").write_text("the user's")
     before = _tree(outputs)
     assert main(["cloud", "collect", str(source), "--out", str(outputs)]) == 2
@@ -126,8 +128,8 @@ def test_a_report_holding_a_link_or_a_fifo_is_refused_nothing_copied(tmp_path, c
     assert _tree(outputs) == before and not (outputs / "ci").exists()
 
 
-def test_install_refuses_a_report_holding_a_link(tmp_path):
-    report = write_report(tmp_path / "cpu")
+def test_install_refuses_a_report_holding_a_link(tmp_path, make_run):
+    report = make_run(tmp_path / "cpu")
     (report / "trace.json.gz").symlink_to("/etc/hostname")
     with pytest.raises(ParameterError, match="trace.json.gz: a symbolic link"):
         install(report, tmp_path / "outputs" / "cpu")

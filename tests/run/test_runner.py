@@ -172,22 +172,14 @@ save_records([measured("t", "c", "i", t, facts=device_facts())], "timed")
 print("kernel pid", os.getpid())"""
 
 
-def _one_notebook(tmp_path, write_notebook, source: str):
-    nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
-    nbs.mkdir(), prm.mkdir()
-    write_notebook(nbs / "timed.ipynb", source)
-    (prm / "p.yaml").write_text("workbook: {notebooks: [timed]}\n")
-    return load_plan("p", parameters_dir=prm, notebooks_dir=nbs)
-
-
 def _kernel_pid(path) -> str:
     nb = json.loads(path.read_text())
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
     return text.split("kernel pid")[-1].strip()
 
 
-def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, write_notebook):
-    plan = _one_notebook(tmp_path, write_notebook, TIMED)
+def test_repeat_keeps_every_run_and_aggregates_them(tmp_path, one_notebook_plan):
+    plan = one_notebook_plan(TIMED)
     out = tmp_path / "outputs" / "p"
     results = run_repeated(plan, out, 2, progress=False)
     assert [r.status for r in results] == ["ok", "ok"]
@@ -226,9 +218,9 @@ def test_bad_repeat_exits_2_with_one_line(value, capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_a_failed_html_export_keeps_the_run(tmp_path, write_notebook, monkeypatch):
+def test_a_failed_html_export_keeps_the_run(tmp_path, monkeypatch, one_notebook_plan):
     """On an H100 with nbconvert's templates missing, the export raised and the run was lost."""
-    plan = _one_notebook(tmp_path, write_notebook, "x = 1")
+    plan = one_notebook_plan("x = 1")
 
     def no_templates(notebook):
         raise ValueError("No template sub-directory with name 'lab' found in:\n\t/usr/share")
@@ -243,10 +235,8 @@ def test_a_failed_html_export_keeps_the_run(tmp_path, write_notebook, monkeypatc
     )
 
 
-def test_a_notebook_run_on_a_busy_machine_is_flagged(tmp_path, write_notebook, monkeypatch):
-    plan = _one_notebook(
-        tmp_path,
-        write_notebook,
+def test_a_notebook_run_on_a_busy_machine_is_flagged(tmp_path, monkeypatch, one_notebook_plan):
+    plan = one_notebook_plan(
         "from kernel_lib.records import save_records\nsave_records([], 'timed')",
     )
     busy = 4.0 * (os.cpu_count() or 1)

@@ -14,9 +14,9 @@ import pytest
 
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.pages import rebuild_reports
-from tests.test_gallery import MARKUP
+from tests.fakes import MARKUP
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WIDTH = 1280
 # Runs in the page once it has loaded; Chromium's --dump-dom prints the DOM with its result.

@@ -1,5 +1,6 @@
-"""`run` replaces only its own reports, one run per folder, never loses a finished run, and says
-in one line why it stopped (bad --out, busy folder, disk error, Ctrl-C); kernels run this checkout."""
+"""`run` (run.runner, results.outdir) replaces only its own reports, one run per folder, never
+loses a finished run, and says in one line why it stopped (bad --out, busy folder, disk error,
+Ctrl-C); kernels run this checkout."""
 
 import contextlib
 import errno
@@ -24,14 +25,8 @@ from kernel_lib.records import save_records, skipped
 from kernel_lib.results import outdir
 from kernel_lib.run import runner
 from kernel_lib.run.environment import code_environment
-from kernel_lib.run.execute import NotebookResult
 from kernel_lib.run.runner import run_plan
-
-
-def fake_execute(notebook, output, parameters, **options):
-    """A notebook run in no time: an empty executed notebook."""
-    nbformat.write(nbformat.v4.new_notebook(), str(output))
-    return NotebookResult(notebook.stem, "ok", "", 0.0)
+from tests.fakes import fake_execute
 
 
 def interrupt(*args, **kwargs):

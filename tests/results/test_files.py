@@ -1,5 +1,6 @@
-"""Damaged report files: `compare`, `export` and `report` refuse them with exit 2 and one line
-naming the file (and the field), never a traceback, and write nothing."""
+"""Damaged report files (results.files): `compare`, `export` and `report` refuse them with exit 2
+and one line naming the file (and the field), never a traceback, and write nothing. The valid
+report is tests/fakes.py's default: ROWS in RESULTS, and RUN."""
 
 import contextlib
 import errno
@@ -17,79 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel_lib import __main__ as cli
-from kernel_lib.records import Record, stamp, to_dicts
-from kernel_lib.report.aggregate import write_aggregate_run
+from tests import fakes
+from tests.fakes import RESULTS, ROWS, RUN
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = "bench.results.json"
-
-
-def _timed(case: str, ms: float, **fields) -> Record:
-    return Record(
-        topic="gemm",
-        case=case,
-        implementation="torch_mm",
-        device="Test CPU",
-        backend="cpu",
-        dtype="float32",
-        shape={"n": 64, "layout": "rows"},
-        median_ms=ms,
-        p10_ms=ms * 0.9,
-        p90_ms=ms * 1.1,
-        min_ms=ms * 0.8,
-        reps=3,
-        method="test",
-        samples_ms=(ms * 0.9, ms, ms * 1.1),
-        tflops=1.0 / ms,
-        check={"reference": "fp64", "rel_error": 1e-6, "tolerance": 1e-3, "pass": True},
-        metrics={"sqnr_db": 40.0},
-        **fields,
-    )
-
-
-ROWS = to_dicts(
-    stamp(
-        [
-            _timed("small", 1.0),
-            _timed("large", 4.0, flags=("fraction_of_peak 1.20 > 1: on purpose",)),
-            Record("gemm", "huge", "torch_mm", "Test CPU", "cpu", status="skipped", reason="no"),
-        ],
-        run_id="r1",
-        platform="cpu",
-    )
-)
-RUN = {
-    "platform": "cpu",
-    "parameters": "parameters/cpu.yaml",
-    "description": "",
-    "started_utc": "2026-01-01T00:00:00+00:00",
-    "finished_utc": "2026-01-01T00:01:00+00:00",
-    "run_id": "r1",
-    "git": "abc1234",
-    "command": "python -m kernel_lib run",
-    "environment": {"backend": "cpu", "name": "Test CPU", "memory_GiB": 16.0, "torch": "2.13"},
-    "notebooks": [
-        {
-            "notebook": "bench",
-            "status": "ok",
-            "detail": "",
-            "seconds": 1.5,
-            "run_id": "r1",
-            "git": "abc1234",
-            "started_utc": "2026-01-01T00:00:00+00:00",
-            "stale_results": "",
-            "machine": {"cores": 2, "load_start": [0.1, 0.1, 0.1], "load_end": [0.2, 0.1, 0.1]},
-        }
-    ],
-}
-
-
-def write_report(folder: Path) -> Path:
-    """A tiny valid report folder: one results file (as save_records writes it) and a run.json."""
-    folder.mkdir(parents=True)
-    (folder / RESULTS).write_text(json.dumps(ROWS, indent=1))
-    (folder / "run.json").write_text(json.dumps(RUN, indent=1))
-    return folder
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def argv(command: str, root: Path, good: Path, bad: Path) -> list[str]:
@@ -283,9 +215,11 @@ TABLE = [
 
 
 @pytest.mark.parametrize("command, damage, text", TABLE)
-def test_a_damaged_file_is_one_line_naming_it_and_exit_2(command, damage, text, tmp_path):
-    good = write_report(tmp_path / "good")
-    bad = write_report(tmp_path / "bad")
+def test_a_damaged_file_is_one_line_naming_it_and_exit_2(
+    command, damage, text, tmp_path, make_run
+):
+    good = make_run(tmp_path / "good")
+    bad = make_run(tmp_path / "bad")
     damaged = damage(bad)
     before = files(tmp_path)
     code, err = run_cli(argv(command, tmp_path, good, bad))
@@ -297,9 +231,9 @@ def test_a_damaged_file_is_one_line_naming_it_and_exit_2(command, damage, text, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["compare", "export:bmf", "report"])
-def test_python_m_kernel_lib_prints_one_line(command, tmp_path):
-    good = write_report(tmp_path / "good")
-    bad = write_report(tmp_path / "bad")
+def test_python_m_kernel_lib_prints_one_line(command, tmp_path, make_run):
+    good = make_run(tmp_path / "good")
+    bad = make_run(tmp_path / "bad")
     damaged = replace(RESULTS, b"[1, ")(bad)
     proc = subprocess.run(
         [sys.executable, "-m", "kernel_lib", *argv(command, tmp_path, good, bad)],
@@ -314,8 +248,8 @@ def test_python_m_kernel_lib_prints_one_line(command, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["pytorch-v3", "bmf"])
-def test_export_out_into_a_missing_folder_is_bad_input(fmt, tmp_path):
-    report = write_report(tmp_path / "rep")
+def test_export_out_into_a_missing_folder_is_bad_input(fmt, tmp_path, make_run):
+    report = make_run(tmp_path / "rep")
     out = tmp_path / "missing" / "export.json"
     before = files(tmp_path)
     code, err = run_cli(["export", "--format", fmt, str(report), "--out", str(out)])
@@ -324,43 +258,43 @@ def test_export_out_into_a_missing_folder_is_bad_input(fmt, tmp_path):
 
 
 @pytest.mark.parametrize("name", [RESULTS, "run.json", "new.results.json"])
-def test_export_never_writes_over_the_reports_own_files(name, tmp_path):
-    report = write_report(tmp_path / "rep")
+def test_export_never_writes_over_the_reports_own_files(name, tmp_path, make_run):
+    report = make_run(tmp_path / "rep")
     before = files(tmp_path)
     code, err = run_cli(["export", "--format", "bmf", str(report), "--out", str(report / name)])
     assert code == 2 and "the report's own files" in err and err.count("\n") == 1, err
     assert files(tmp_path) == before
 
 
-def test_export_out_onto_a_folder_is_bad_input(tmp_path):
-    report = write_report(tmp_path / "rep")
+def test_export_out_onto_a_folder_is_bad_input(tmp_path, make_run):
+    report = make_run(tmp_path / "rep")
     out = tmp_path / "out.json"
     out.mkdir()
     code, err = run_cli(["export", "--format", "bmf", str(report), "--out", str(out)])
     assert code == 2 and err == f"error: --out {out}: is a folder\n", err
 
 
-def test_export_disk_error_is_one_line_exit_1(tmp_path, monkeypatch):
+def test_export_disk_error_is_one_line_exit_1(tmp_path, monkeypatch, make_run):
     def full(path, text):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    report = write_report(tmp_path / "rep")
+    report = make_run(tmp_path / "rep")
     monkeypatch.setattr(Path, "write_text", full)
     code, err = run_cli(["export", "--format", "bmf", str(report), "--out", "out.json"])
     assert code == 1 and err == "error: --out out.json: No space left on device\n", err
 
 
-def test_the_valid_fixture_passes_every_command(tmp_path):
-    good = write_report(tmp_path / "good")
+def test_the_valid_fixture_passes_every_command(tmp_path, make_run):
+    good = make_run(tmp_path / "good")
     for command in COMMANDS:
-        code, err = run_cli(argv(command, tmp_path, good, write_report(tmp_path / command)))
+        code, err = run_cli(argv(command, tmp_path, good, make_run(tmp_path / command)))
         assert code == 0 and err == "", (command, err)
 
 
 @pytest.mark.parametrize("content", [b'notebook,status\n"bench,ok\n', b"\xffnotebook\n"])
-def test_report_refuses_a_damaged_results_csv(content, tmp_path):
+def test_report_refuses_a_damaged_results_csv(content, tmp_path, make_run):
     """A report that keeps no JSON files (outputs/reference) is rebuilt from its results.csv."""
-    report = write_report(tmp_path / "rep")
+    report = make_run(tmp_path / "rep")
     (report / RESULTS).unlink()
     (report / "results.csv").write_bytes(content)
     before = files(tmp_path)
@@ -369,19 +303,17 @@ def test_report_refuses_a_damaged_results_csv(content, tmp_path):
     assert err.count("\n") == 1 and files(tmp_path) == before
 
 
-def write_repeated_report(folder: Path) -> Path:
-    """A report of two runs (run-1/, run-2/) and their aggregate run.json, as the runner writes."""
-    for k in (1, 2):
-        write_report(folder / f"run-{k}")
-    base = {key: value for key, value in RUN.items() if key != "notebooks"}
-    write_aggregate_run(folder, {**base, "repeat": 2})
-    return folder
+# A report of two runs (run-1/, run-2/: both run r1, as the default report) and their aggregate
+# run.json, as the runner writes it.
+REPEATED = {"repeat": 2, "run_ids": ("r1", "r1")}
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_damaged_run_of_a_repeated_report_stops_it_before_anything_is_written(command, tmp_path):
-    good = write_repeated_report(tmp_path / "good")
-    bad = write_repeated_report(tmp_path / "bad")
+def test_a_damaged_run_of_a_repeated_report_stops_it_before_anything_is_written(
+    command, tmp_path, make_run
+):
+    good = make_run(tmp_path / "good", **REPEATED)
+    bad = make_run(tmp_path / "bad", **REPEATED)
     damaged = edit_record(0, median_ms="1.5")(bad / "run-2")
     before = files(tmp_path)
     code, err = run_cli(argv(command, tmp_path, good, bad))
@@ -389,10 +321,10 @@ def test_a_damaged_run_of_a_repeated_report_stops_it_before_anything_is_written(
     assert files(tmp_path) == before
 
 
-def test_a_valid_repeated_report_passes_every_command(tmp_path):
-    good = write_repeated_report(tmp_path / "good")
+def test_a_valid_repeated_report_passes_every_command(tmp_path, make_run):
+    good = make_run(tmp_path / "good", **REPEATED)
     for command in COMMANDS:
-        report = write_repeated_report(tmp_path / command)
+        report = make_run(tmp_path / command, **REPEATED)
         code, err = run_cli(argv(command, tmp_path, good, report))
         assert code == 0 and err == "", (command, err)
 
@@ -501,8 +433,8 @@ def _run_damaged(command: str, name: str, content: bytes) -> tuple[int, str, Pat
     folder whose file `name` now holds `content`."""
     root = Path(tempfile.mkdtemp())
     try:
-        good = write_report(root / "good")
-        bad = write_report(root / "bad")
+        good = fakes.report(root / "good")
+        bad = fakes.report(root / "bad")
         (bad / name).write_bytes(content)
         before = files(root)
         code, err = run_cli(argv(command, root, good, bad))

@@ -9,7 +9,7 @@ import pytest
 from kernel_lib.results.files import read_results
 from kernel_lib.results.legacy import record_id_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OLD = sorted((ROOT / "outputs").glob("[ch]*/*.results.json"))  # cpu and h100: written before
 
 

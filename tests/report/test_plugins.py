@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from kernel_lib.compare import compare_folders, to_json, to_text
-from kernel_lib.records import failed, measured, skipped, stamp, to_dicts, with_ratio
+from kernel_lib.records import failed, measured, skipped, with_ratio
 from kernel_lib.report.aggregate import aggregate_records, write_aggregate_run
 from kernel_lib.report.gallery import build_gallery
 from kernel_lib.report.lead import findings_markdown
@@ -23,7 +23,7 @@ from kernel_lib.report.plugins import (
 from kernel_lib.report.read import report_records
 from kernel_lib.results import store
 from kernel_lib.timing import Timing, ratio
-from tests.test_gallery import _run
+from tests import fakes
 
 MARKUP = "<script>alert(1)</script>"
 ROUNDS = {  # per interleaving round (ms): the baseline, two built-ins, the user's kernel
@@ -74,9 +74,8 @@ def _records(facts, tokens=(64, 128), **options):
 def _save(folder, facts, records, run_id: str = "r-cpu"):
     """A run of the moe notebook on the platform cpu, as the runner leaves it."""
     folder.mkdir(parents=True, exist_ok=True)
-    rows = stamp(records, run_id=run_id, platform="cpu")
-    (folder / "moe.results.json").write_text(json.dumps(to_dicts(rows)))
-    (folder / "run.json").write_text(json.dumps(_run("cpu", facts, ["moe"])))
+    (folder / "moe.results.json").write_text(json.dumps(fakes.rows(records, run_id)))
+    (folder / "run.json").write_text(json.dumps(fakes.measured_run("cpu", facts, ["moe"])))
 
 
 def _report(folder, facts, records):
@@ -159,7 +158,7 @@ def test_a_repeated_report_aggregates_their_ratios_over_the_runs(tmp_path, cpu_f
     out = tmp_path / "outputs" / "cpu"
     for index in (1, 2):
         _save(out / f"run-{index}", cpu_facts, _records(cpu_facts, tokens=(64,)), f"id{index}")
-    base = {k: v for k, v in _run("cpu", cpu_facts, []).items() if k != "notebooks"}
+    base = {k: v for k, v in fakes.measured_run("cpu", cpu_facts, []).items() if k != "notebooks"}
     write_aggregate_run(out, {**base, "repeat": 2})
     build_report(out)
     mine = aggregate_records(out).set_index("implementation").loc["my_dispatch"]

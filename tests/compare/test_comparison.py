@@ -1,4 +1,6 @@
-"""`compare A... -- B...`: verdicts, the permutation test, exit codes, cross-platform mode."""
+"""`compare A... -- B...` (compare.comparison, runs, command, render): report folders record by
+record, exit codes, bad input in one line, text, JSON and HTML, the cross-platform mode. The
+rules for one record: test_verdict.py."""
 
 import dataclasses
 import json
@@ -8,173 +10,78 @@ import pandas as pd
 import pytest
 
 from kernel_lib import compare
-from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
+from kernel_lib.records import RESULTS_SUFFIX, Record
+from tests.fakes import MARKUP, RUN
 
 VERDICT_RE = re.compile(r"\b(" + "|".join(compare.VERDICT_WORDS) + r")\b")
 JITTER = (1.0, 1.02, 0.98, 1.01, 0.99)  # run-to-run noise of the fixture runs
+N64 = {"n": 64}  # the shape of every record here
 
 
-def timed(case: str, ms: float, *, device="Test CPU", **fields) -> Record:
-    return Record(
-        topic="gemm",
-        case=case,
-        implementation="torch_mm",
-        device=device,
-        backend="cpu",
-        dtype="float32",
-        shape={"n": 64},
-        median_ms=ms,
-        p10_ms=ms * 0.95,
-        p90_ms=ms * 1.05,
-        min_ms=ms * 0.9,
-        reps=3,
-        method="test",
-        samples_ms=(ms * 0.97, ms, ms * 1.03),
-        **fields,
-    )
+@pytest.fixture
+def timed(make_record):
+    """`timed(case, ms, *, device="Test CPU", **fields)`: gemm/<case>/torch_mm at n=64 timed at
+    `ms`: p10 and p90 at 0.95 and 1.05 of it, three samples within 3 %; no check."""
+
+    def timed(case: str, ms: float, *, device="Test CPU", **fields) -> Record:
+        spread = {
+            "p10_ms": ms * 0.95,
+            "p90_ms": ms * 1.05,
+            "min_ms": ms * 0.9,
+            "samples": (ms * 0.97, ms, ms * 1.03),
+            "tflops": None,
+            "check": None,
+            "metrics": {},
+        }
+        return make_record(case, ms, device=device, shape=N64, **{**spread, **fields})
+
+    return timed
 
 
-def not_ok(case: str, status: str, *, device="Test CPU") -> Record:
-    return Record(
-        topic="gemm",
-        case=case,
-        implementation="torch_mm",
-        device=device,
-        backend="cpu",
-        dtype="float32",
-        shape={"n": 64},
-        status=status,
-        reason=f"{status} on purpose",
-    )
+@pytest.fixture
+def write_report(make_run):
+    """`write_report(folder, records, *, platform="cpu", device="Test CPU", run_id="r",
+    stale=False)`: a report of one run of the bench notebook on `device` (make_run); `stale`: its
+    results left from an earlier run."""
+
+    def write(folder, records, *, platform="cpu", device="Test CPU", run_id="r", stale=False):
+        environment = {**RUN["environment"], "name": device}
+        entry = {"stale_results": "old"} if stale else None
+        return make_run(
+            folder, records, platform=platform, run_id=run_id, environment=environment, entry=entry
+        )
+
+    return write
 
 
-def write_report(folder, records, *, platform="cpu", device="Test CPU", run_id="r", stale=()):
-    """A minimal report folder: one results file (records stamped as save_records does) and a
-    run.json like the runner's."""
-    folder.mkdir(parents=True)
-    rows = to_dicts(stamp(records, run_id=run_id, platform=platform))
-    (folder / f"bench{RESULTS_SUFFIX}").write_text(json.dumps(rows))
-    run = {
-        "platform": platform,
-        "run_id": run_id,
-        "git": "abc1234",
-        "environment": {"backend": "cpu", "name": device, "memory_GiB": 16},
-        "notebooks": [
-            {"notebook": "bench", "status": "ok", "stale_results": "old" if stale else ""}
-        ],
-    }
-    (folder / "run.json").write_text(json.dumps(run))
-    return folder
+@pytest.fixture
+def side(timed, write_report):
+    """`side(root, name, runs=3, *, slow=1.0, platform="cpu", device="Test CPU", extra=None)`: a
+    folder with `run-<k>/` subfolders: records a, b, c; record `b` scaled by `slow`."""
 
+    def side(root, name, runs=3, *, slow=1.0, platform="cpu", device="Test CPU", extra=None):
+        top = root / name
+        for k in range(runs):
+            j = JITTER[k]
+            records = [
+                timed("a", 1.0 * j, device=device),
+                timed("b", 2.0 * j * slow, device=device),
+                timed("c", 4.0 / j, device=device),
+            ] + list(extra or [])
+            write_report(top / f"run-{k + 1}", records, platform=platform, device=device, run_id=k)
+        return top
 
-def side(root, name, runs=3, *, slow=1.0, platform="cpu", device="Test CPU", extra=None):
-    """A folder with `run-<k>/` subfolders: records a, b, c; record `b` scaled by `slow`."""
-    top = root / name
-    for k in range(runs):
-        j = JITTER[k]
-        records = [
-            timed("a", 1.0 * j, device=device),
-            timed("b", 2.0 * j * slow, device=device),
-            timed("c", 4.0 / j, device=device),
-        ] + list(extra or [])
-        write_report(top / f"run-{k + 1}", records, platform=platform, device=device, run_id=k)
-    return top
+    return side
 
 
 def verdicts(c) -> dict:
     return dict(zip(c.table["key"].str.split("/").str[1], c.table["verdict"]))
 
 
-# ------------------------------------------------------------------------- permutation test
-
-
-def test_permutation_test_against_hand_computed_example():
-    # pooled 1..6, A = {1, 2, 4}: mean(B) - mean(A) = (21 - 2 sum(A')) / 3 for a relabelling A'.
-    # observed 7/3; sum(A') <= 7 only for {1,2,3}, {1,2,4}: 2 of C(6,3) = 20 -> 0.10 one-sided;
-    # |.| >= 7/3 adds {3,5,6}, {4,5,6}: 4/20 two-sided; <= 7/3 is all but {1,2,3}: 19/20.
-    a, b = [1.0, 2.0, 4.0], [3.0, 5.0, 6.0]
-    assert compare.permutation_p(a, b, alternative="greater") == pytest.approx(2 / 20)
-    assert compare.permutation_p(a, b) == pytest.approx(4 / 20)
-    assert compare.permutation_p(a, b, alternative="less") == pytest.approx(19 / 20)
-    # full separation with 3 a side: the smallest p there is, 1/20 one-sided, 2/20 two-sided
-    assert compare.permutation_p([1, 2, 3], [4, 5, 6], alternative="greater") == 1 / 20
-    assert compare.permutation_p([1, 2, 3], [4, 5, 6]) == 2 / 20
-    assert compare.permutation_p([4, 5, 6], [1, 2, 3], alternative="less") == 1 / 20
-    assert compare.permutation_p([1.0] * 3, [1.0] * 3) == 1.0  # all ties
-
-
-def test_permutation_test_samples_beyond_the_exact_limit(monkeypatch):
-    monkeypatch.setattr(compare.verdict, "EXACT_LIMIT", 1)
-    monkeypatch.setattr(compare.verdict, "SAMPLED_RELABELLINGS", 4000)
-    p = compare.permutation_p([1, 2, 3], [4, 5, 6], alternative="greater")
-    assert p == pytest.approx(1 / 20, abs=0.015) and p != 1 / 20  # (hits + 1) / 4001: sampled
-
-
-def test_timing_verdict_rules():
-    a = [1.0, 1.02, 0.98]
-    assert compare.timing_verdict(a, [2.0, 2.04, 1.96])[0] == "slower"
-    assert compare.timing_verdict(a, [0.5, 0.51, 0.49])[0] == "faster"
-    assert compare.timing_verdict(a, [1.05, 1.0, 1.02])[0] == "same"  # within the factor
-    assert compare.timing_verdict([1.0], [2.0])[0] == "unconfirmed"  # too few runs
-    # beyond the factor but overlapping runs: the test does not confirm it
-    assert compare.timing_verdict([1.0, 3.0, 1.1], [1.5, 1.2, 3.2])[:1] == ("unconfirmed",)
-    verdict, ratio, p = compare.timing_verdict(a, [2.0, 2.04, 1.96])
-    assert ratio == pytest.approx(2.0) and p == pytest.approx(0.05)
-
-
-def test_runs_not_apart_by_the_factor_are_unconfirmed():
-    # a real A/A pair (fp32 2048^3 GEMM run medians, ms, same revision, backend_cpu on the AMD
-    # EPYC): every B run slower than every A run (p = 1/20) and the medians 1.13x apart, but the
-    # closest runs only 1.065x apart: inside the run-to-run spread, not a verdict
-    a, b = [101.659, 97.086, 101.889], [118.746, 115.19, 108.457]
-    assert compare.permutation_p(a, b, alternative="greater") == pytest.approx(0.05)
-    assert compare.apart(a, b) == pytest.approx(108.457 / 101.889)
-    assert compare.timing_verdict(a, b) == ("unconfirmed", pytest.approx(1.133, abs=1e-3), 0.05)
-    assert compare.timing_verdict(a, b, factor=1.05)[0] == "slower"  # apart by 1.05
-    # the same gate the other way: faster
-    assert compare.apart(b, a) == pytest.approx(101.889 / 108.457)
-    assert compare.timing_verdict(b, a)[0] == "unconfirmed"
-    assert compare.timing_verdict(b, a, factor=1.05)[0] == "faster"
-
-
-def test_from_5_runs_a_side_the_test_confirms_without_the_runs_apart():
-    # a 1.2x slowdown with one slow outlier run in A: not apart, but p = 2/252 with 5 a side
-    a, b = [1.0, 1.01, 0.99, 1.02, 1.19], [1.2, 1.21, 1.19, 1.22, 1.2]
-    assert compare.apart(a, b) < 1.1
-    assert compare.permutation_p(a, b, alternative="greater") <= compare.ALPHA
-    assert compare.timing_verdict(a, b)[0] == "slower"
-    assert compare.timing_verdict(a[:3] + a[4:], b[:4])[0] == "unconfirmed"  # 4 a side: gated
-
-
-def test_bootstrap_interval_of_the_ratio_is_seeded_and_covers_it():
-    a = [1.0 + 0.01 * (i % 7) for i in range(40)]
-    b = [1.3 * v for v in a]
-    low, high = compare.bootstrap_interval(a, b)
-    assert low <= 1.3 <= high and high - low < 0.1
-    assert compare.bootstrap_interval(a, b) == (low, high)  # seeded: the same every time
-
-
-def test_with_one_run_a_side_the_raw_samples_decide():
-    a = [1.0 + 0.01 * (i % 7) for i in range(40)]
-    slow = [1.5 * v for v in a]
-    assert compare.samples_verdict([1.03], [1.545], a, slow)[0] == "slower"
-    assert compare.samples_verdict([1.545], [1.03], slow, a)[0] == "faster"
-    assert compare.samples_verdict([1.03], [1.03], a, a)[0] == "same"
-    # the same medians, but the samples spread past the factor: not confirmed by one run
-    wide = [v * (0.5 if i % 2 else 1.7) for i, v in enumerate(slow)]
-    verdict, low, high = compare.samples_verdict([1.03], [1.545], a, wide)
-    assert verdict == "unconfirmed" and low < 1.1 < high
-    # a run on a busy machine: its samples cannot tell the code from the machine
-    assert compare.samples_verdict([1.03], [1.545], a, slow, busy=True)[0] == "unconfirmed"
-    assert compare.samples_verdict([1.03], [1.03], a, a, busy=True)[0] == "same"
-    # too few samples to resample: the runs alone (one a side: unconfirmed)
-    assert compare.samples_verdict([1.03], [1.545], a[:3], slow[:3])[0] == "unconfirmed"
-
-
 # --------------------------------------------------------------------------------- verdicts
 
 
-def test_same_data_nothing_slower_exit_0(tmp_path, capsys):
+def test_same_data_nothing_slower_exit_0(tmp_path, capsys, side):
     a, b = side(tmp_path, "a"), side(tmp_path, "b")
     c = compare.compare_folders([a], [b])
     assert set(c.table["verdict"]) == {"same"} and c.exit_code == 0
@@ -182,7 +89,7 @@ def test_same_data_nothing_slower_exit_0(tmp_path, capsys):
     assert "nothing beyond the factor" in capsys.readouterr().out
 
 
-def test_a_change_of_environment_is_marked(tmp_path, capsys):
+def test_a_change_of_environment_is_marked(tmp_path, capsys, side):
     a, b = side(tmp_path, "a"), side(tmp_path, "b")
     assert compare.cli([str(a), "--", str(b)]) == 0
     assert "Environment changed" not in capsys.readouterr().out
@@ -197,7 +104,7 @@ def test_a_change_of_environment_is_marked(tmp_path, capsys):
     assert "Environment changed: A ran under cpu " in capsys.readouterr().out
 
 
-def test_one_record_2x_slower_in_3_runs_a_side_is_slower_exit_1(tmp_path, capsys):
+def test_one_record_2x_slower_in_3_runs_a_side_is_slower_exit_1(tmp_path, capsys, side):
     a, b = side(tmp_path, "a"), side(tmp_path, "b", slow=2.0)
     c = compare.compare_folders([a], [b])
     assert verdicts(c) == {"a": "same", "b": "slower", "c": "same"}
@@ -211,14 +118,16 @@ def test_one_record_2x_slower_in_3_runs_a_side_is_slower_exit_1(tmp_path, capsys
     assert compare.cli([str(b), "--", str(a)]) == 0
 
 
-def test_runs_given_as_several_folders_per_side(tmp_path):
+def test_runs_given_as_several_folders_per_side(tmp_path, side):
     a = [str(p) for p in sorted(side(tmp_path, "a").glob("run-*"))]
     b = [str(p) for p in sorted(side(tmp_path, "b", slow=2.0).glob("run-*"))]
     c = compare.compare_folders(a, b)
     assert verdicts(c)["b"] == "slower" and len(c.a) == len(c.b) == 3
 
 
-def test_a_repeated_report_counts_as_its_runs_not_its_aggregate(tmp_path):
+def test_a_repeated_report_counts_as_its_runs_not_its_aggregate(
+    tmp_path, timed, write_report, side
+):
     a, b = side(tmp_path, "a"), side(tmp_path, "b", slow=2.0)
     # the folder's own aggregate records (and a non-numbered folder) are not runs
     write_report(tmp_path / "agg", [timed("b", 100.0)]).rename(tmp_path / "x")
@@ -229,26 +138,30 @@ def test_a_repeated_report_counts_as_its_runs_not_its_aggregate(tmp_path):
     assert verdicts(c)["b"] == "slower"
 
 
-def test_one_run_a_side_with_too_few_samples_is_unconfirmed_exit_0(tmp_path):
+def test_one_run_a_side_with_too_few_samples_is_unconfirmed_exit_0(tmp_path, side):
     a, b = side(tmp_path, "a", runs=1), side(tmp_path, "b", runs=1, slow=2.0)  # 3 samples each
     c = compare.compare_folders([a], [b])
     assert verdicts(c)["b"] == "unconfirmed" and c.exit_code == 0
     assert pd.isna(c.table.set_index("verdict").loc["unconfirmed", "p"])  # no test with 1 run
 
 
-def test_ok_to_failed_is_lost_exit_1(tmp_path):
+def test_ok_to_failed_is_lost_exit_1(tmp_path, timed, write_report, make_record):
     a = write_report(tmp_path / "a", [timed("a", 1.0), timed("b", 2.0)])
-    b = write_report(tmp_path / "b", [timed("a", 1.0), not_ok("b", "failed")])
+    b = write_report(
+        tmp_path / "b", [timed("a", 1.0), make_record("b", status="failed", shape=N64)]
+    )
     c = compare.compare_folders([a], [b])
     assert verdicts(c) == {"a": "same", "b": "lost"} and c.exit_code == 1
     for status in ("skipped", "wrong"):
-        b2 = write_report(tmp_path / status, [timed("a", 1.0), not_ok("b", status)])
+        b2 = write_report(
+            tmp_path / status, [timed("a", 1.0), make_record("b", status=status, shape=N64)]
+        )
         assert verdicts(compare.compare_folders([a], [b2]))["b"] == "lost"
     back = compare.compare_folders([b], [a])
     assert verdicts(back)["b"] == "recovered" and back.exit_code == 0
 
 
-def test_new_and_gone(tmp_path):
+def test_new_and_gone(tmp_path, timed, write_report):
     a = write_report(tmp_path / "a", [timed("a", 1.0), timed("old", 2.0)])
     b = write_report(tmp_path / "b", [timed("a", 1.0), timed("fresh", 2.0)])
     c = compare.compare_folders([a], [b])
@@ -256,7 +169,7 @@ def test_new_and_gone(tmp_path):
     assert c.exit_code == 0
 
 
-def test_correctness_figures_that_changed_are_listed_apart(tmp_path):
+def test_correctness_figures_that_changed_are_listed_apart(tmp_path, timed, write_report):
     def rec(rel_error, sqnr, dropped, tokens_per_s):
         return timed(
             "q",
@@ -274,7 +187,7 @@ def test_correctness_figures_that_changed_are_listed_apart(tmp_path):
     assert verdicts(c) == {"q": "same"}
 
 
-def test_stale_notebook_results_are_left_out(tmp_path):
+def test_stale_notebook_results_are_left_out(tmp_path, timed, write_report):
     a = write_report(tmp_path / "a", [timed("a", 1.0)])
     b = write_report(tmp_path / "b", [timed("a", 1.0)], stale=True)
     with pytest.raises(compare.CompareError, match="no record in common"):
@@ -298,7 +211,9 @@ def test_stale_notebook_results_are_left_out(tmp_path):
         (["{a}", "--", "{b}", "--bogus"], "unrecognized arguments"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
+def test_bad_input_exits_2_with_one_line(
+    tmp_path, capsys, argv, message, timed, write_report, side
+):
     paths = {
         "a": side(tmp_path, "a", runs=1),
         "b": side(tmp_path, "b", runs=1),
@@ -314,7 +229,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
     assert message in captured.err and captured.out == ""
 
 
-def test_a_run_and_the_stores_name_for_it_are_refused_as_one_run(tmp_path, monkeypatch, capsys):
+def test_a_run_and_the_stores_name_for_it_are_refused_as_one_run(
+    tmp_path, monkeypatch, capsys, timed, write_report
+):
     from kernel_lib.results import store
 
     folder = write_report(tmp_path / "cpu", [timed("a", 1.0)], run_id="20260101T000000Z-1")
@@ -340,7 +257,7 @@ def test_options_on_either_side_of_the_separator():
     assert compare.parse_args(["a", "--", "b"]).factor is None  # chosen when compared
 
 
-def test_the_cli_routes_compare(tmp_path, capsys):
+def test_the_cli_routes_compare(tmp_path, capsys, side):
     from kernel_lib import __main__ as cli
 
     a, b = side(tmp_path, "a"), side(tmp_path, "b", slow=2.0)
@@ -351,7 +268,7 @@ def test_the_cli_routes_compare(tmp_path, capsys):
 # ----------------------------------------------------------------------------------- output
 
 
-def test_json_and_html_outputs(tmp_path, capsys):
+def test_json_and_html_outputs(tmp_path, capsys, side):
     a, b = side(tmp_path, "a"), side(tmp_path, "b", slow=2.0)
     page = tmp_path / "cmp.html"
     assert compare.cli([str(a), "--", str(b), "--json", "--html", str(page)]) == 1
@@ -364,11 +281,8 @@ def test_json_and_html_outputs(tmp_path, capsys):
     assert text.startswith("<!doctype html>") and "slower" in text and "<table" in text
 
 
-MARKUP = "x<img src=x onerror=document.body.dataset.pwned=1>"
-
-
 @pytest.mark.parametrize("cross_platform", [False, True])
-def test_the_html_page_shows_names_and_records_as_text(tmp_path, cross_platform):
+def test_the_html_page_shows_names_and_records_as_text(tmp_path, cross_platform, timed, side):
     """Folders, a platform, a device, a record's fields and a headline named with markup."""
     headline = dict(ratio_vs_baseline=1.8, ratio_low=1.7, ratio_high=1.9, baseline=MARKUP)
 
@@ -392,7 +306,9 @@ def test_the_html_page_shows_names_and_records_as_text(tmp_path, cross_platform)
 # ---------------------------------------------------------------------------- cross-platform
 
 
-def test_cross_platform_has_ratios_with_intervals_and_no_verdict_words(tmp_path, capsys):
+def test_cross_platform_has_ratios_with_intervals_and_no_verdict_words(
+    tmp_path, capsys, timed, side
+):
     headline = dict(ratio_vs_baseline=1.8, ratio_low=1.7, ratio_high=1.9, baseline="naive")
     extra_a = [timed("h", 3.0, headline="GEMM vs naive", **headline)]
     extra_b = [timed("h", 1.0, device="Other GPU", headline="GEMM vs naive", **headline)]
@@ -414,40 +330,3 @@ def test_cross_platform_has_ratios_with_intervals_and_no_verdict_words(tmp_path,
     data = json.loads(capsys.readouterr().out)
     assert data["mode"] == "cross-platform" and data["headlines"]
     assert all("verdict" not in r for r in data["records"])
-
-
-FLOOR = {"platform": "cpu", "device": "Xeon", "runs_a_side": 5}
-
-
-@pytest.mark.parametrize(
-    "low, high, factor",
-    [
-        (0.9636, 1.025, 1.076),  # this project's A/A at cpu sizes: widest 1/0.9636 = 1.0378
-        (0.8187, 1.137, 1.443),  # at ci sizes: widest 1/0.8187 = 1.2215
-        (1.0, 1.0, 1.05),  # never below MIN_FACTOR
-        (0.99, 1.1, 1.2),  # exactly twice the excursion, not a rounding step above it
-    ],
-)
-def test_the_default_factor_is_twice_the_noise_floors_widest_excursion(low, high, factor):
-    floor = {**FLOOR, "ratio_low": low, "ratio_high": high}
-    chosen, why = compare.chosen_factor(None, floor, "cpu", "Xeon")
-    assert chosen == factor and why.startswith("from the noise floor")
-    assert chosen - 1 >= 2 * (max(high, 1 / low) - 1) - 1e-9  # the A/A itself is far inside it
-
-
-@pytest.mark.parametrize(
-    "given, floor, why",
-    [
-        (1.3, FLOOR, "given"),
-        (None, None, "no noise floor at hand"),
-        (None, {**FLOOR, "device": "EPYC"}, "the noise floor is of cpu on EPYC"),
-        (None, {**FLOOR, "platform": "ci"}, "the noise floor is of ci on Xeon"),
-        (None, {**FLOOR, "runs_a_side": 3}, "3 run(s) a side, fewer than 5"),
-    ],
-)
-def test_a_given_factor_wins_and_a_foreign_or_thin_noise_floor_leaves_the_default(
-    given, floor, why
-):
-    floor = floor and {**floor, "ratio_low": 0.5, "ratio_high": 2.0}
-    chosen, said = compare.chosen_factor(given, floor, "cpu", "Xeon")
-    assert chosen == (given or compare.DEFAULT_FACTOR) and why in said

@@ -28,7 +28,7 @@ from kernel_lib.locks import LOCKS, read_lock
 from kernel_lib.params import ROOT, config_class, load_plan, notebook_defaults, notebook_parameters
 from kernel_lib.platform import datasheet_for
 from kernel_lib.profiling.pending import PROFILE_ENV
-from kernel_lib.records import NOTEBOOK_ENV, RESULTS_DIR_ENV, Record
+from kernel_lib.records import NOTEBOOK_ENV, RESULTS_DIR_ENV
 from kernel_lib.run.execute import KERNEL_NAME
 from kernel_lib.suite import Context, Section, Suite
 
@@ -553,16 +553,14 @@ def test_a_refused_plan_still_archives_what_ran(monkeypatch, tmp_path):
     assert "report/fp8.results.json" in _archived(tmp_path / "back.tar.gz")
 
 
-def _record(case: str) -> Record:
-    return Record(topic="t", case=case, implementation="i", device="cpu", backend="cpu")
-
-
-def test_a_section_s_records_are_saved_as_it_ends_under_the_runner(monkeypatch, tmp_path):
-    seen = []
+def test_a_section_s_records_are_saved_as_it_ends_under_the_runner(
+    monkeypatch, tmp_path, make_record
+):
+    seen, at = [], {"topic": "t", "implementation": "i", "device": "cpu"}
     suite = Suite(
         "t",
         [
-            Section("first", lambda ctx: [_record("first")], "one"),
+            Section("first", lambda ctx: [make_record("first", **at)], "one"),
             Section("second", lambda ctx: seen.append(_saved(tmp_path)) or [], "none"),
         ],
     )

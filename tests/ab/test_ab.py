@@ -21,7 +21,6 @@ from kernel_lib.compare import ab_layout
 from kernel_lib.measure import TEST_SLOWDOWN_ENV, slowdowns
 from kernel_lib.params import ROOT
 from kernel_lib.profiling.pending import PROFILE_ENV
-from kernel_lib.records import RESULTS_SUFFIX, Record, stamp, to_dicts
 from kernel_lib.results import store
 
 JITTER = (1.0, 1.02, 0.98, 1.01, 0.99)  # run-to-run noise of the fake runs, the same on both sides
@@ -74,29 +73,18 @@ def tiny(tmp_path, monkeypatch):
     return repo, revs
 
 
-def timed(implementation: str, ms: float) -> Record:
-    return Record(
-        topic="t",
-        case="c",
-        implementation=implementation,
-        device="Test CPU",
-        backend="cpu",
-        dtype="float32",
-        shape={"n": 8},
-        median_ms=ms,
-        p10_ms=ms * 0.95,
-        p90_ms=ms * 1.05,
-        reps=3,
-        method="test",
-        samples_ms=(ms,),
-    )
-
-
 @pytest.fixture
-def fake_runs(monkeypatch):
-    """Runs that write a report at once: records `x`, `y` and `z`, each slowed as the knob says.
-    Each checks that it runs its side's commit, with that checkout first on PYTHONPATH."""
+def fake_runs(monkeypatch, make_record, make_run):
+    """Runs that write a report at once: records `x`, `y` and `z` (t/c at n=8, one sample each),
+    each slowed as the knob says. Each checks that it runs its side's commit, with that checkout
+    first on PYTHONPATH."""
     calls = []
+
+    def timed(implementation: str, ms: float):
+        spread = {"p10_ms": ms * 0.95, "p90_ms": ms * 1.05, "samples": (ms,)}
+        return make_record(
+            "c", ms, topic="t", implementation=implementation, shape={"n": 8}, **spread
+        )
 
     def run_once(side, into, arguments):
         calls.append((side.name, int(into.name.split("-")[1])))
@@ -106,12 +94,8 @@ def fake_runs(monkeypatch):
         knobs = slowdowns(side.env.get(TEST_SLOWDOWN_ENV, ""))
         j = JITTER[(len(calls) - 1) // 2 % len(JITTER)]
         records = [timed(name, ms * j * (1 + knobs.get(name, 0.0))) for name, ms in MS.items()]
-        run_id = f"{side.name}-{into.name}"
-        rows = to_dicts(stamp(records, run_id=run_id, platform="ci"))
-        into.mkdir(parents=True)
-        (into / f"bench{RESULTS_SUFFIX}").write_text(json.dumps(rows))
-        run = {"platform": "ci", "run_id": run_id, "git": side.commit[:7]}
-        (into / "run.json").write_text(json.dumps({**run, "environment": {"name": "Test CPU"}}))
+        run = {"run_id": f"{side.name}-{into.name}", "platform": "ci", "git": side.commit[:7]}
+        make_run(into, records, environment={"name": "Test CPU"}, notebooks=[], **run)
         return 0, "ok"
 
     monkeypatch.setattr(rounds, "run_once", run_once)

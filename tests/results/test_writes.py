@@ -25,9 +25,7 @@ from kernel_lib.report.gallery import build_gallery
 from kernel_lib.results import store
 from kernel_lib.run import runner
 from kernel_lib.run.execute import execute
-from tests.test_bad_input import ANOTHER_DEVICE
-from tests.test_damaged_reports import RESULTS, write_report
-from tests.test_run_safety import fake_execute
+from tests.fakes import RESULTS, another_device
 
 PAGE = b"<html>my own page</html>"
 MINE = b"my notes, never overwritten"
@@ -63,7 +61,7 @@ def pages(report: Path) -> Path:
 
 
 @pytest.fixture
-def run(tmp_path, write_notebook, monkeypatch):
+def run(tmp_path, write_notebook, monkeypatch, fake_execute):
     """`run(out, *argv)`: `run --platform p --out out` of one fake notebook (platforms p and q
     for any device, gcp-tpu-v5e for a TPU); returns (exit code, stdout, stderr)."""
     nbs, prm = tmp_path / "notebooks", tmp_path / "parameters"
@@ -90,14 +88,15 @@ def out(tmp_path):
 # ------------------------------------------------------------------------- cloud collect
 
 
-def bucket_with(tmp_path: Path, name: str = "cpu") -> Path:
-    bucket = tmp_path / "bucket"
-    write_report(bucket / name)
-    return bucket
+@pytest.fixture
+def bucket(tmp_path, make_run) -> Path:
+    """A bucket `cloud collect` reads: one report, cpu."""
+    make_run(tmp_path / "bucket" / "cpu")
+    return tmp_path / "bucket"
 
 
-def test_collect_refuses_a_folder_that_is_not_a_report(tmp_path):
-    bucket, outputs = bucket_with(tmp_path), tmp_path / "outputs"
+def test_collect_refuses_a_folder_that_is_not_a_report(tmp_path, bucket):
+    outputs = tmp_path / "outputs"
     (outputs / "cpu").mkdir(parents=True)
     (outputs / "cpu" / "mine.txt").write_bytes(MINE)
     before = files(tmp_path)
@@ -105,8 +104,8 @@ def test_collect_refuses_a_folder_that_is_not_a_report(tmp_path):
     assert files(tmp_path) == before
 
 
-def test_collect_refuses_an_index_html_that_is_not_a_gallery(tmp_path):
-    bucket, outputs = bucket_with(tmp_path), tmp_path / "outputs"
+def test_collect_refuses_an_index_html_that_is_not_a_gallery(tmp_path, bucket):
+    outputs = tmp_path / "outputs"
     outputs.mkdir()
     (outputs / "index.html").write_bytes(PAGE)
     before = files(tmp_path)
@@ -114,9 +113,9 @@ def test_collect_refuses_an_index_html_that_is_not_a_gallery(tmp_path):
     assert files(tmp_path) == before
 
 
-def test_collect_on_a_full_disk_keeps_the_previous_report(tmp_path, monkeypatch):
-    bucket, outputs = bucket_with(tmp_path), tmp_path / "outputs"
-    pages(write_report(outputs / "cpu"))
+def test_collect_on_a_full_disk_keeps_the_previous_report(tmp_path, monkeypatch, make_run, bucket):
+    outputs = tmp_path / "outputs"
+    pages(make_run(outputs / "cpu"))
     before = files(outputs)
     copy = shutil.copyfile
 
@@ -132,9 +131,9 @@ def test_collect_on_a_full_disk_keeps_the_previous_report(tmp_path, monkeypatch)
     assert files(outputs) == before  # byte for byte, and no staging folder left beside it
 
 
-def test_collect_replaces_a_report_whole_and_leaves_the_rest(tmp_path):
-    bucket, outputs = bucket_with(tmp_path), tmp_path / "outputs"
-    pages(write_report(outputs / "cpu"))
+def test_collect_replaces_a_report_whole_and_leaves_the_rest(tmp_path, make_run, bucket):
+    outputs = tmp_path / "outputs"
+    pages(make_run(outputs / "cpu"))
     (outputs / "mine.txt").write_bytes(MINE)
     assert run_cli(["cloud", "collect", bucket, "--out", outputs])[0] == 0
     assert (outputs / "mine.txt").read_bytes() == MINE
@@ -146,8 +145,8 @@ def test_collect_replaces_a_report_whole_and_leaves_the_rest(tmp_path):
 
 
 @pytest.fixture
-def sides(tmp_path):
-    return write_report(tmp_path / "a"), pages(write_report(tmp_path / "b"))
+def sides(tmp_path, make_run):
+    return make_run(tmp_path / "a"), pages(make_run(tmp_path / "b"))
 
 
 @pytest.mark.parametrize("own", [RESULTS, "run.json", "fp8.ipynb", "index.html", "new.html"])
@@ -269,7 +268,7 @@ def test_report_gallery_never_overwrites_a_page_it_did_not_write(sides, tmp_path
 
 
 @pytest.mark.parametrize("kind", ["folder", "file", "report"])
-def test_sensitivity_out_is_never_someone_elses(tmp_path, kind):
+def test_sensitivity_out_is_never_someone_elses(tmp_path, kind, make_run):
     target = tmp_path / "target"
     if kind == "folder":
         target.mkdir()
@@ -277,7 +276,7 @@ def test_sensitivity_out_is_never_someone_elses(tmp_path, kind):
     elif kind == "file":
         target.write_bytes(MINE)
     else:
-        write_report(target)
+        make_run(target)
     before = files(tmp_path)
     refused(run_cli(["sensitivity", "--tally-only", "--out", target]), "--out")
     assert files(tmp_path) == before
@@ -376,11 +375,11 @@ def test_a_disk_that_fills_while_the_notebook_is_written_is_one_line(run, out, m
 
 
 def test_bench_refuses_another_devices_file_before_anything_runs():
-    refused(run_cli(["bench", "fp8", "--platform", ANOTHER_DEVICE]), "--other-device")
+    refused(run_cli(["bench", "fp8", "--platform", another_device()]), "--other-device")
 
 
-def test_check_of_a_report_made_by_other_code_says_so(tmp_path, capsys):
-    report = write_report(tmp_path / "old")
+def test_check_of_a_report_made_by_other_code_says_so(tmp_path, capsys, make_run):
+    report = make_run(tmp_path / "old")
     runner.say_other_code(report)
     err = capsys.readouterr().err
     assert err.startswith(f"note: {report} was made by git abc1234, ")
@@ -391,10 +390,10 @@ def test_check_of_a_report_made_by_other_code_says_so(tmp_path, capsys):
 
 
 @pytest.fixture
-def outputs(tmp_path):
+def outputs(tmp_path, make_run):
     """outputs/ holding a report (its pages beside its records) and a store of its run."""
     outputs = tmp_path / "outputs"
-    store.remember(pages(write_report(outputs / "cpu")))
+    store.remember(pages(make_run(outputs / "cpu")))
     assert (outputs / store.STORE_NAME).exists()
     return outputs
 
@@ -478,13 +477,13 @@ def _target(kind: str, root: Path, run) -> Path:
     return target
 
 
-def _argv(command: str, target: Path, root: Path, side: Path) -> list:
+def _argv(command: str, target: Path, root: Path, side: Path, make_run) -> list:
     if command == "run":
         return ["run", "--platform", "p", "--no-progress", "--out", target]
     if command == "collect":  # a report of the target's name, into the target's folder
         bucket = root.parent / "bucket"
         if not bucket.exists():
-            write_report(bucket / "target")
+            make_run(bucket / "target")
         return ["cloud", "collect", bucket, "--out", target.parent]
     if command == "compare --html":
         return ["compare", side, "--", side.parent / "b", "--html", target]
@@ -529,14 +528,14 @@ def meant_to_change(command: str, kind: str) -> bool:
 )
 @pytest.mark.slow
 @given(command=st.sampled_from(COMMANDS), kind=st.sampled_from(KINDS))
-def test_nothing_of_the_users_or_of_a_report_changes_unless_meant(run, command, kind):
+def test_nothing_of_the_users_or_of_a_report_changes_unless_meant(run, command, kind, make_run):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp).resolve() / "root"
         root.mkdir()
-        side = write_report(Path(tmp) / "sides" / "a")
-        write_report(Path(tmp) / "sides" / "b")
+        side = make_run(Path(tmp) / "sides" / "a")
+        make_run(Path(tmp) / "sides" / "b")
         target = _target(kind, root, run)
-        argv, before = _argv(command, target, root, side), files(root)
+        argv, before = _argv(command, target, root, side, make_run), files(root)
         with _faulty(kind):
             code, _, err = run_cli(argv)
         assert code in (0, 1, 2) and (code == 0 or err.count("\n") >= 1), err

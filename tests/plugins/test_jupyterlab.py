@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "your_kernel.ipynb"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 KERNEL = "kernel-workbook"

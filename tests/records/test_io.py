@@ -26,7 +26,7 @@ from kernel_lib.records import (
     save_records,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = list_notebooks()
 
 

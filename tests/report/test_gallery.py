@@ -38,7 +38,8 @@ from kernel_lib.results import store
 from kernel_lib.run.execute import NotebookResult
 from kernel_lib.run.runner import run_repeated
 from kernel_lib.timing import Ratio, Timing
-from tests.test_runner import _one_notebook
+from tests import fakes
+from tests.fakes import MARKUP
 
 T = Timing(2.0, 1.9, 2.2, 1.8, 10, "perf_counter + cpu synchronize", None)
 
@@ -81,31 +82,6 @@ def _records(facts, speedup: float, *, fp8_runs: bool, dtype: str, tokens: tuple
     return moe, fp8
 
 
-def _run(platform: str, facts, notebooks, **extra) -> dict:
-    return {
-        "platform": platform,
-        "parameters": f"parameters/{platform}.yaml",
-        "description": "",
-        "started_utc": "2026-01-01T00:00:00+00:00",
-        "finished_utc": "2026-01-01T00:01:00+00:00",
-        "run_id": f"r-{platform}",
-        "git": "abc1234",
-        "command": "python -m kernel_lib run",
-        "environment": {**facts.as_dict(), "lock": "cpu 0123456789ab, locked"},
-        "notebooks": [
-            {
-                "notebook": nb,
-                "status": "ok",
-                "detail": "",
-                "seconds": 1.0,
-                "run_id": f"r-{platform}",
-            }
-            for nb in notebooks
-        ],
-        **extra,
-    }
-
-
 def _report(
     folder: Path,
     facts,
@@ -122,7 +98,7 @@ def _report(
     for nb in ("moe", "fp8"):  # the executed notebooks the index links to
         (folder / f"{nb}.html").write_text("<html></html>")
         (folder / f"{nb}.ipynb").write_text("{}")
-    run = _run(platform or folder.name, facts, ["moe", "fp8"])
+    run = fakes.measured_run(platform or folder.name, facts, ["moe", "fp8"])
     (folder / "run.json").write_text(json.dumps(run))
     build_report(folder)
     return folder
@@ -313,7 +289,6 @@ def test_each_report_gets_its_plots_correctness_and_notebook_links(outputs):
 
 # A folder name (from `cloud collect`, an untarred archive) that runs a script where a page shows
 # it unescaped; one that a link would read as a scheme; one that matplotlib would read as mathtext.
-MARKUP = "x<img src=x onerror=document.body.dataset.pwned=1>"
 NAMES = (MARKUP, "javascript:alert(1)", "a$\\nope{$b #?")
 
 
@@ -455,12 +430,12 @@ def test_each_results_file_is_read_once_for_the_reports_and_the_gallery(outputs,
 
 
 def test_a_runs_records_are_read_once_for_findings_report_and_gallery(
-    tmp_path, write_notebook, monkeypatch, cpu_facts
+    tmp_path, monkeypatch, cpu_facts, one_notebook_plan
 ):
     """The runner reads a notebook's results once, for its findings cell; its report's pages,
     the results store and the gallery take those records, and the gallery's trends take the run
     as it was stored, not read back from outputs/history.sqlite."""
-    plan = _one_notebook(tmp_path, write_notebook, "x = 1")
+    plan = one_notebook_plan("x = 1")
 
     def execute(notebook, output, parameters, **options):  # a notebook that saved a headline
         nbformat.write(
@@ -517,9 +492,9 @@ def test_repeated_report_aggregates_the_runs(tmp_path, cpu_facts):
         )
         (run / "moe.html").write_text("<html></html>")
         (run / "moe.ipynb").write_text("{}")
-        (run / "run.json").write_text(json.dumps(_run("cpu", cpu_facts, ["moe"])))
+        (run / "run.json").write_text(json.dumps(fakes.measured_run("cpu", cpu_facts, ["moe"])))
         build_report(run)
-    base = {k: v for k, v in _run("cpu", cpu_facts, []).items() if k != "notebooks"}
+    base = {k: v for k, v in fakes.measured_run("cpu", cpu_facts, []).items() if k != "notebooks"}
     write_aggregate_run(out, {**base, "repeat": 2})
     build_report(out)
     (row,) = aggregate_records(out).to_dict("records")
@@ -543,13 +518,13 @@ def test_a_repeated_reports_verdict_holds_only_if_it_held_in_every_run(tmp_path,
         fast = with_ratio(base, base, Ratio(1.2, low, 1.3, 0.95, 10))
         rows = stamp([dataclasses.replace(fast, implementation="x")], run_id="r", platform="cpu")
         (run / "moe.results.json").write_text(json.dumps(to_dicts(rows)))
-        (run / "run.json").write_text(json.dumps(_run("cpu", cpu_facts, ["moe"])))
+        (run / "run.json").write_text(json.dumps(fakes.measured_run("cpu", cpu_facts, ["moe"])))
     (row,) = aggregate_records(out).to_dict("records")
     assert (row["ratio_low"], row["ratio_high"]) == (0.9, 1.3)
     assert row["verdict"] == "no clear difference"  # records.verdict of the envelope
 
 
-COMMITTED = Path(__file__).resolve().parents[1] / "outputs"
+COMMITTED = Path(__file__).resolve().parents[2] / "outputs"
 
 
 @pytest.fixture(scope="module")
