@@ -33,6 +33,10 @@ HEADLINES = {
         "MoE forward: dispatch chosen here vs seed-style as it ran (fp32, training mode)"
     ),
     "moe.preset.{preset}": Headline("MoE {preset}: dispatch chosen here / dense GEMM", DENSE),
+    "moe.expert_parallel_vs_single": Headline(
+        "MoE expert parallel (W ranks) vs one rank with all the cores"
+    ),
+    "moe.fp8_decode_vs_bf16": Headline("FP8 MoE decode (C kernel) vs the same on bf16 experts"),
     "flex.causal_vs_sdpa.{dtype}": Headline("flex causal forward vs best SDPA backend, {dtype}"),
     "flex.gqa_decode_vs_sdpa": Headline("flex GQA decode vs best SDPA backend"),
     "flex.paged_vs_contiguous": Headline(

@@ -20,6 +20,8 @@ def _resources(config: dict) -> str:
     """One line: what the task asks SkyPilot for."""
     res = config["resources"]
     what = res.get("accelerators") or f"a CPU VM with {res['cpus']} vCPUs"
+    if config.get("num_nodes", 1) > 1:
+        what = f"{config['num_nodes']} nodes of {what}"
     where = res.get("infra", "the cheapest enabled cloud")
     mount = config.get("file_mounts", {}).get(tasks.RESULTS, {}).get("source", "no bucket")
     return (

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from kernel_lib.config import short_repr
+from kernel_lib.moe.ep_bench import NODE_RANK_ENV, NODES_ENV, RENDEZVOUS_ENV, RENDEZVOUS_PORT
 from kernel_lib.params import ROOT, ParameterError, load_plan
 from kernel_lib.plugins.loading import is_path, resolved
 
@@ -42,6 +43,7 @@ class CloudTarget:
     accelerator_args: dict | None = None
     torch_index: str | None = None  # pip index of the torch build (ROCm: not PyPI's CUDA build)
     disk_gb: int = 100  # the CUDA build of torch and the Inductor cache need tens of GB
+    num_nodes: int = 1  # more: node 0 runs the report, every node's GPUs its expert parallelism
 
 
 # The accelerators of parameters/<platform>.yaml, by SkyPilot's names. A platform not listed here
@@ -51,6 +53,8 @@ TARGETS = {
     "aws-a10g": CloudTarget("A10G:1", cloud="aws"),  # g5.xlarge
     "h100": CloudTarget("H100:1"),  # GCP a3-highgpu-1g, or another cloud's 1-GPU H100 VM
     "h200": CloudTarget("H200:1"),  # clouds that rent one H200 (GCP and AWS rent 8 per VM)
+    # an example of several nodes: the moe notebook's expert parallelism over 2 x 8 GPUs
+    "h100-2x8": CloudTarget("H100:8", num_nodes=2),
     # RunPod, or a Kubernetes cluster that has them; torch from PyTorch's ROCm index
     "amd-mi300x": CloudTarget("MI300X:1", torch_index="https://download.pytorch.org/whl/rocm6.4"),
     "gcp-tpu-v5e": CloudTarget(
@@ -91,6 +95,20 @@ if [ -d "outputs/$PLATFORM" ]; then
   mkdir -p "$RESULTS/$PLATFORM" && cp -r "outputs/$PLATFORM/." "$RESULTS/$PLATFORM/"
 fi
 exit $status
+"""
+
+
+# A task of several nodes (SkyPilot runs `run` on each): node 0 runs the report, and each
+# expert-parallel run of its moe notebook spans every node through torchrun's rendezvous on node 0
+# (kernel_lib/moe/ep_bench.py); the other nodes join those runs until node 0 releases them
+# (kernel_lib/moe/ep_nodes.py), once its report is done, failed or not.
+NODES = f"""\
+export {NODES_ENV}="$SKYPILOT_NUM_NODES" {NODE_RANK_ENV}="$SKYPILOT_NODE_RANK"
+export {RENDEZVOUS_ENV}="$(echo "$SKYPILOT_NODE_IPS" | head -n1):{RENDEZVOUS_PORT}"
+if [ "$SKYPILOT_NODE_RANK" != 0 ]; then
+  exec .venv/bin/python -m kernel_lib.moe.ep_nodes join
+fi
+trap '.venv/bin/python -m kernel_lib.moe.ep_nodes release' EXIT
 """
 
 
@@ -165,6 +183,7 @@ def task_config(
     config = {
         "name": JOB_PREFIX + platform,
         "resources": resources,
+        **({"num_nodes": spec.num_nodes} if spec.num_nodes > 1 else {}),
         "workdir": str(ROOT),
         "envs": {
             "PLATFORM": platform,
@@ -175,7 +194,7 @@ def task_config(
             "TORCH_INDEX_URL": spec.torch_index or "",
         },
         "setup": SETUP.format(setup=shlex.quote(spec.setup)),
-        "run": RUN,
+        "run": (NODES if spec.num_nodes > 1 else "") + RUN,
     }
     if bucket:
         config["file_mounts"] = {RESULTS: {"source": check_bucket(bucket), "mode": "MOUNT"}}

@@ -4,8 +4,10 @@ inside a GEMM whose threads own tiles of output channels, streaming the FP8 weig
 `c_dequant_linear` converts the whole weight to bf16 in C and hands it to `F.linear` (oneDNN),
 for prefill, where the GEMM's arithmetic outweighs the weight's bytes. The same source compiles
 to AVX-512 or AVX2 vectors, and where the CPU has AVX512-VBMI and -BF16 to byte lookups and bf16
-dot products (`isa`). Built and cached per CPU by kernel_lib.c_kernels;
-without a compiler that builds it, both raise kernel_lib.checks.Unsupported (a skipped record).
+dot products (`isa`); it also holds `moe_decode`, a MoE layer's decode step on FP8 or bf16
+experts in one call (kernel_lib.moe.fp8_experts wraps it). Built and cached per CPU by
+kernel_lib.c_kernels; without a compiler that builds it, every wrapper raises
+kernel_lib.checks.Unsupported (a skipped record).
 Every operand the C code reads through a pointer is checked first (`_checked_weight`, `_checked`):
 a bad one is one ValueError or TypeError naming it, a buffer C cannot allocate a MemoryError."""
 
@@ -34,6 +36,10 @@ def _library() -> ctypes.CDLL:
     lib.w8a16_linear.restype = c_int  # 1: a buffer could not be allocated
     lib.fp8_weight_to_bf16.argtypes = [ptr, i64, i64, ptr, ptr, ptr, c_int]
     lib.fp8_weight_to_bf16.restype = None
+    f32 = ctypes.c_float
+    lib.moe_decode.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, i64, c_int, ptr, ptr, i64]
+    lib.moe_decode.argtypes += [ptr, ptr, i64, c_int, f32, f32, ptr, c_int]
+    lib.moe_decode.restype = c_int  # 1: no memory; 2-4: a routing operand out of its range
     return lib
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pandas as pd
 import torch
@@ -122,13 +123,24 @@ class _ReplayedKinks:
         return h @ self.experts.w_out[e]
 
 
-def reference_grads(case: MoECase) -> tuple[Tensor, Tensor]:
+def reference_grads(case: MoECase, *, wrt_x: bool = False) -> tuple[Tensor, ...]:
     """fp64 (dL/dw_in, dL/dw_out) of L = <y, grad_out>, y the fp64 loop over experts with the
-    case's activation kinks (_ReplayedKinks)."""
-    experts = fp64_experts(case.feedforward, trainable=True)
+    case's activation kinks (_ReplayedKinks); with `wrt_x`, dL/dx first. Each expert's weights
+    are leaves of their own: a slice of one (E, ...) leaf fills a gradient of all E experts for
+    each expert (DeepSeek-V3's 256 at 4096 tokens: 51 s, against 1.2 s so; 2-core Xeon)."""
+    experts = fp64_experts(case.feedforward)
+    w_in, w_out = (
+        [w.clone().requires_grad_(True) for w in ws] for ws in (experts.w_in, experts.w_out)
+    )
+    leaves = SimpleNamespace(w_in=w_in, w_out=w_out, activation=experts.activation)
+    x = case.x.double().requires_grad_(wrt_x)
     with torch.enable_grad():
-        y = dispatch_loop(case.x.double(), case.routing, _ReplayedKinks(case, experts))
-        return torch.autograd.grad(y, [experts.w_in, experts.w_out], case.grad_out.double())
+        y = dispatch_loop(x, case.routing, _ReplayedKinks(case, leaves))
+        grads = torch.autograd.grad(
+            y, [x] * wrt_x + w_in + w_out, case.grad_out.double(), materialize_grads=True
+        )
+    e = len(w_in)
+    return (*grads[:wrt_x], torch.stack(grads[wrt_x : wrt_x + e]), torch.stack(grads[wrt_x + e :]))
 
 
 def check_table(case: MoECase, strategies) -> pd.DataFrame:

@@ -138,6 +138,22 @@ class MoEBenchConfig:
         0.01,
         "aux-loss-free bias step per batch (DeepSeek-V3 trained with 0.001); a finite number > 0",
     )
+    ep_world_sizes: tuple = param(
+        (2,),
+        "world sizes W of the expert-parallel section, each run launched by torchrun (0: every "
+        "GPU of the host, or every core of a CPU host); a non-empty list of whole numbers >= 2 "
+        "or 0, each dividing moe_experts and the expert count of every moe_ep_presets entry",
+    )
+    ep_presets: tuple = param(
+        ("mixtral-8x7b", "deepseek-v3"),
+        "model presets also run expert-parallel, at moe_preset_tokens and moe_preset_scale; any "
+        f"of {_any_of(PRESETS)}",
+    )
+    ep_timeout_s: float = param(
+        300.0,
+        "seconds one torchrun of the expert-parallel section may take before every rank is "
+        "killed (its records then failed); a finite number > 0",
+    )
 
     def __post_init__(self):
         for f in fields(self):  # lists from YAML become tuples: the config stays hashable
@@ -197,12 +213,46 @@ class MoEBenchConfig:
         ):
             parse_choices(getattr(self, name), choices, param=f"moe_{name}")
         require(isinstance(self.backward, bool), "moe_backward", self.backward, "True or False")
+        self._check_expert_parallel()
         require(
             len(self.imbalance) > 0 and all(finite(v) for v in self.imbalance),
             "moe_imbalance",
             list(self.imbalance),
             "a non-empty list of finite numbers",
         )
+
+    def _check_expert_parallel(self) -> None:
+        """moe_ep_world_sizes (whole numbers >= 2, or 0: every device), each dividing the
+        throughput shape's and every moe_ep_presets entry's expert count; moe_ep_timeout_s."""
+        sizes = list(self.ep_world_sizes)
+        require(len(sizes) > 0, "moe_ep_world_sizes", sizes, "a non-empty list")
+        for w in sizes:
+            whole = isinstance(w, int) and not isinstance(w, bool)
+            require(
+                whole and (w == 0 or w >= 2),
+                "moe_ep_world_sizes",
+                sizes,
+                "whole numbers >= 2 or 0",
+            )
+        for name in self.ep_presets:
+            parse_choice(name, tuple(PRESETS), param="moe_ep_presets")
+        fixed = [w for w in sizes if w]  # 0: the host's device count, checked when it runs
+        require(
+            all(self.experts % w == 0 for w in fixed),
+            "moe_experts",
+            self.experts,
+            f"divisible by each of moe_ep_world_sizes={sizes} (each rank owns E/W experts)",
+        )
+        for name in self.ep_presets:
+            experts = PRESETS[name].num_experts
+            require(
+                all(experts % w == 0 for w in fixed),
+                "moe_ep_presets",
+                list(self.ep_presets),
+                f"presets whose expert counts divide by each of moe_ep_world_sizes={sizes} "
+                f"({name} has {experts})",
+            )
+        positive(self.ep_timeout_s, "moe_ep_timeout_s")
 
     @classmethod
     def from_params(cls, params: dict) -> MoEBenchConfig:
@@ -244,13 +294,15 @@ class MoEBenchConfig:
             for n in self.sweep_top_k
         ]
         cases.append((memory_needed(base, item), ("experts", "top_k", *at_base)))
-        for name in self.presets:  # the preset cases, at their scaled D and F
+        presets = [(n, "presets") for n in self.presets]  # and each expert-parallel one's
+        presets += [(n, "ep_presets") for n in self.ep_presets]
+        for name, field in presets:  # the preset cases, at their scaled D and F
             model = PRESETS[name].scaled(self.preset_scale)
             at = MoEShape(
                 self.preset_tokens, model.hidden, model.ffn, model.num_experts, model.top_k
             )
             cases.append(
-                (memory_needed(at, item), ("presets", "preset_scale", "preset_tokens", "dtype"))
+                (memory_needed(at, item), (field, "preset_scale", "preset_tokens", "dtype"))
             )
         return largest_needs(cases, "moe_")
 

@@ -15,6 +15,7 @@ from kernel_lib.moe.bench import TOPIC
 from kernel_lib.moe.bench_presets import section_presets
 from kernel_lib.moe.cases import REFERENCE, MoECase, check_table, edge_cases, make_case
 from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
+from kernel_lib.moe.ep_bench import section_expert_parallel
 from kernel_lib.moe.presets import preset
 from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.platform import DeviceFacts, device_facts
@@ -115,6 +116,11 @@ SUITE = Suite(TOPIC, (
     Section("sweeps", sweeps, "tokens, experts, top-k and imbalance sweeps"),
     Section("routing_check", routing_check, "each preset's routing vs its fp64 twin: checks"),
     Section("presets", lambda ctx: section_presets(ctx.config, ctx.facts), "model presets"),
+    Section(
+        "expert_parallel",
+        lambda ctx: section_expert_parallel(ctx.config, ctx.facts),
+        "experts over W ranks (torchrun) vs one rank with every core, phases, raw all-to-all",
+    ),
 ))  # fmt: skip
 
 

@@ -39,6 +39,7 @@ def _wanted(record: Record, mode: str) -> bool:
     return (
         record.status == "ok"
         and bool(record.median_ms)
+        and record.profile is None  # profiled where it was timed (another process: a rank)
         and (mode == "all" or record.headline is not None)
     )
 

@@ -24,6 +24,11 @@ PHASES = {
     "expert GEMM 2": "each expert's second GEMM (w_out)",
     "experts fused": "the fused C kernel: GEMM 1, activation and GEMM 2 of every expert at once",
     "combine": "weighted expert outputs summed into each token's row",
+    "all-to-all out": "expert parallelism: rows per rank exchanged, token rows sent to their "
+    "experts' ranks (waited for)",
+    "local experts": "expert parallelism: the received rows through this rank's experts",
+    "all-to-all back": "expert parallelism: expert outputs sent back to their tokens' ranks "
+    "(waited for)",
     "GEMM 1": "a dense baseline's first GEMM",
     "GEMM 2": "a dense baseline's second GEMM",
     "quantise activation": "the FP8 linear's input cast (its scale from its amax)",

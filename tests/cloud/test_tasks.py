@@ -157,3 +157,40 @@ def test_status_takes_each_platforms_latest_job():
     latest = jobs.platform_jobs(records)
     assert {p: r.job_id for p, r in latest.items()} == {"h100": 3, "gcp-l4": 4}
     assert list(jobs.platform_jobs(records, ["gcp-l4"])) == ["gcp-l4"]
+
+
+def test_a_task_of_several_nodes_runs_the_report_on_node_0_and_joins_the_others(tmp_path, capsys):
+    """h100-2x8: two nodes, torchrun's rendezvous on node 0 for the moe notebook's expert
+    parallelism; run by bash per node (make and the venv's python stubbed)."""
+    config = task_config("h100-2x8", bucket="gs://b/run")
+    assert config["num_nodes"] == 2 and config["resources"]["accelerators"] == "H100:8"
+    assert yaml.safe_load(task_yaml(config)) == config
+    assert main(["cloud", "launch", "--platforms", "h100-2x8", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("# h100-2x8: 2 nodes of H100:8 on the cheapest")
+    bin_dir, venv = tmp_path / "bin", tmp_path / ".venv" / "bin"
+    for folder in (bin_dir, venv):
+        folder.mkdir(parents=True)
+    (bin_dir / "make").write_text('#!/bin/sh\necho "make $*" >> calls\n')
+    (venv / "python").write_text(
+        '#!/bin/sh\necho "python $* $KERNEL_WORKBOOK_EP_NODES $KERNEL_WORKBOOK_EP_NODE_RANK'
+        ' $KERNEL_WORKBOOK_EP_RENDEZVOUS" >> calls\n'
+    )
+    for stub in (bin_dir / "make", venv / "python"):
+        stub.chmod(0o755)
+    for node in ("0", "1"):
+        work = tmp_path / f"node{node}"
+        work.mkdir()
+        (work / ".venv").symlink_to(tmp_path / ".venv")
+        env = {
+            **os.environ, **config["envs"], "RESULTS": str(work / "results"),
+            "PATH": f"{bin_dir}:{os.environ['PATH']}", "SKYPILOT_NUM_NODES": "2",
+            "SKYPILOT_NODE_RANK": node, "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2",
+        }  # fmt: skip
+        assert subprocess.run(["bash", "-c", config["run"]], cwd=work, env=env).returncode == 0
+        calls = (work / "calls").read_text().splitlines()
+        joins = "python -m kernel_lib.moe.ep_nodes {} 2 {} 10.0.0.1:29500"
+        if node == "0":  # the report, then the other nodes released
+            assert calls[0].startswith("make report PLATFORM=h100-2x8")
+            assert calls[1:] == [joins.format("release", "0")]
+        else:  # joins node 0's runs, never runs the report
+            assert calls == [joins.format("join", "1")]
