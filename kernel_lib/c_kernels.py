@@ -89,10 +89,10 @@ def check_tensor(
     dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
     fits = shape is None or (
         value.dim() == len(shape)
-        and all(isinstance(want, str) or size == want for size, want in zip(value.shape, shape))
+        and all(type(want) is str or size == want for size, want in zip(value.shape, shape))
     )
-    dense = value.is_contiguous() or not contiguous
-    if value.dtype in dtypes and value.device.type == "cpu" and fits and dense:
+    dense = not contiguous or value.is_contiguous()
+    if value.dtype in dtypes and value.is_cpu and fits and dense:  # a few reads: every call
         return value
     want = "a contiguous CPU " if contiguous else "a CPU "
     want += " or ".join(str(d).removeprefix("torch.") for d in dtypes) + " tensor"

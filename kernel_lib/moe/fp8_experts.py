@@ -32,7 +32,7 @@ from kernel_lib.moe.experts import (
     activate,
     in_width,
 )
-from kernel_lib.moe.fused_c import ACTIVATIONS, FLOATS
+from kernel_lib.moe.fused_c import ACTIVATIONS, FLOATS, counts_error, range_error
 from kernel_lib.moe.routing import Routing
 
 WEIGHT_DTYPES = (torch.float8_e4m3fn, torch.bfloat16)
@@ -40,24 +40,6 @@ WEIGHT_DTYPES = (torch.float8_e4m3fn, torch.bfloat16)
 
 def _blocks(n: int) -> int:
     return -(-n // BLOCK)
-
-
-def _tensor(name: str, value, dtypes: tuple, shape: tuple, *, contiguous: bool = True) -> Tensor:
-    """`check_tensor`, its passing case tested first in a few attribute reads (the checks run on
-    every decode step); a str in `shape` (a letter) takes any size."""
-    if (
-        type(value) is Tensor
-        and value.dtype in dtypes
-        and value.is_cpu
-        and value.dim() == len(shape)
-        and (
-            value.shape == shape
-            or all(type(w) is str or n == w for n, w in zip(value.shape, shape))
-        )
-        and (not contiguous or value.is_contiguous())
-    ):
-        return value
-    return check_tensor(name, value, dtypes, shape, contiguous=contiguous)
 
 
 class DecodeExperts(NamedTuple):
@@ -145,9 +127,9 @@ def _checked_experts(experts: DecodeExperts) -> tuple[int | None, int | None]:
         raise ValueError(
             f"experts.activation={experts.activation!r} must be one of {list(ACTIVATIONS)}"
         )
-    w_in = _tensor("experts.w_in", experts.w_in, WEIGHT_DTYPES, ("E", "H", "D"))
+    w_in = check_tensor("experts.w_in", experts.w_in, WEIGHT_DTYPES, ("E", "H", "D"))
     e, h, d = w_in.shape
-    w_out = _tensor("experts.w_out", experts.w_out, (w_in.dtype,), ("E", "D", "F"))
+    w_out = check_tensor("experts.w_out", experts.w_out, (w_in.dtype,), ("E", "D", "F"))
     if w_out.shape[:2] != (e, d):
         raise ValueError(
             f"experts.w_out (E, D, F) has E, D = {tuple(w_out.shape[:2])}, experts.w_in "
@@ -165,8 +147,8 @@ def _checked_experts(experts: DecodeExperts) -> tuple[int | None, int | None]:
             raise ValueError("experts.s_in and experts.s_out must be None for bf16 weights")
         return None, None
     fp32 = (torch.float32,)
-    s_in = _tensor("experts.s_in", experts.s_in, fp32, (e, _blocks(h), _blocks(d)))
-    s_out = _tensor("experts.s_out", experts.s_out, fp32, (e, _blocks(d), _blocks(f)))
+    s_in = check_tensor("experts.s_in", experts.s_in, fp32, (e, _blocks(h), _blocks(d)))
+    s_out = check_tensor("experts.s_out", experts.s_out, fp32, (e, _blocks(d), _blocks(f)))
     return s_in.data_ptr(), s_out.data_ptr()
 
 
@@ -182,30 +164,22 @@ def _checked_routing(routing: Routing, tokens: int, experts: int) -> tuple[Tenso
             f"have T={tokens}, E={experts}"
         )
     loose, i64 = {"contiguous": False}, (torch.int64,)  # copied to contiguous ones below
-    tokens = _tensor("routing.token_idx", routing.token_idx, i64, ("A",), **loose)
+    tokens = check_tensor("routing.token_idx", routing.token_idx, i64, ("A",), **loose)
     a = tokens.shape[0]
-    ids = _tensor("routing.expert_idx", routing.expert_idx, i64, (a,), **loose)
-    weight = _tensor("routing.weight", routing.weight, FLOATS, (a,), **loose)
-    counts = _tensor("routing.counts", routing.counts, i64, (experts,), **loose)
+    ids = check_tensor("routing.expert_idx", routing.expert_idx, i64, (a,), **loose)
+    weight = check_tensor("routing.weight", routing.weight, FLOATS, (a,), **loose)
+    counts = check_tensor("routing.counts", routing.counts, i64, (experts,), **loose)
     return tokens.contiguous(), ids.contiguous(), weight.float().contiguous(), counts.contiguous()
-
-
-def _range_error(name: str, index: Tensor, size: int) -> ValueError:
-    low, high = int(index.min()), int(index.max())
-    return ValueError(f"routing.{name} must lie in [0, {size}), got [{low}, {high}]")
 
 
 def _failure(code: int, x: Tensor, routing: Routing, experts: int) -> Exception:
     """The exception of moe_decode's return code (1-4)."""
     if code == 2:
-        return _range_error("token_idx", routing.token_idx, x.shape[0])
+        return range_error("token_idx", routing.token_idx, x.shape[0])
     if code == 3:
-        return _range_error("expert_idx", routing.expert_idx, experts)
+        return range_error("expert_idx", routing.expert_idx, experts)
     if code == 4:
-        return ValueError(
-            f"routing.counts (sum {int(routing.counts.sum())}) must count routing.expert_idx "
-            f"per expert (A={routing.expert_idx.numel()})"
-        )
+        return counts_error(routing)
     return MemoryError(
         f"c_moe_decode: no memory for its buffers at T={x.shape[0]}, D={x.shape[1]}"
     )
@@ -222,7 +196,7 @@ def c_moe_decode(x: Tensor, routing: Routing, experts: DecodeExperts) -> Tensor:
     scales = _checked_experts(experts)
     e, h, d = experts.w_in.shape
     f = experts.w_out.shape[2]
-    _tensor("x", x, (torch.bfloat16,), ("T", d), contiguous=False)
+    check_tensor("x", x, (torch.bfloat16,), ("T", d), contiguous=False)
     tokens, ids, weight, counts = _checked_routing(routing, x.shape[0], e)
     check_inference("c_moe_decode", x, experts)
     lib = weight_only_c._library()

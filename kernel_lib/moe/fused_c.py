@@ -128,13 +128,23 @@ def _check_operands(x: Tensor, routing: Routing, experts: FeedForwardExperts) ->
     counts = check_tensor("routing.counts", routing.counts, torch.int64, (e,), contiguous=False)
     for name, index, size in (("token_idx", tokens, x.shape[0]), ("expert_idx", ids, e)):
         if a and not 0 <= index.min() <= index.max() < size:
-            low, high = int(index.min()), int(index.max())
-            raise ValueError(f"routing.{name} must lie in [0, {size}), got [{low}, {high}]")
+            raise range_error(name, index, size)
     if not torch.equal(counts, torch.bincount(ids, minlength=e)):
-        raise ValueError(
-            f"routing.counts (sum {int(counts.sum())}) must count routing.expert_idx per expert "
-            f"(A={a})"
-        )
+        raise counts_error(routing)
+
+
+def range_error(name: str, index: Tensor, size: int) -> ValueError:
+    """routing.`name` holds an index outside [0, size)."""
+    low, high = int(index.min()), int(index.max())
+    return ValueError(f"routing.{name} must lie in [0, {size}), got [{low}, {high}]")
+
+
+def counts_error(routing: Routing) -> ValueError:
+    """routing.counts does not count routing.expert_idx per expert."""
+    return ValueError(
+        f"routing.counts (sum {int(routing.counts.sum())}) must count routing.expert_idx per "
+        f"expert (A={routing.expert_idx.numel()})"
+    )
 
 
 def dispatch_fused_c(x: Tensor, routing: Routing, experts: FeedForwardExperts) -> Tensor:
