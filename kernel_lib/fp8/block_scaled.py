@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.formats import Fp8Format
+from kernel_lib.fp8.matmul import raw_scaled_mm
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 from kernel_lib.fp8.scaling import BLOCK_SHAPES, Granularity
 
@@ -101,7 +102,7 @@ def blocked_scales(scale: torch.Tensor) -> torch.Tensor:
 def _native(a: Fp8Tensor, b: Fp8Tensor, recipe: str, out_dtype: torch.dtype) -> torch.Tensor:
     if recipe == "mxfp8":
         scale_a, scale_b = blocked_scales(a.e8m0_scale()), blocked_scales(b.e8m0_scale())
-        return torch._scaled_mm(a.data, b.data.t(), scale_a, scale_b, out_dtype=out_dtype)
+        return raw_scaled_mm(a.data, b.data.t(), scale_a, scale_b, out_dtype=out_dtype)
     m = a.data.shape[0]
     data_a = F.pad(a.data.view(torch.uint8), (0, 0, 0, -m % 4)).view(a.data.dtype)  # M to 4
     inv_a = F.pad(a.inverse_scale, (0, 0, 0, -m % 4))
@@ -109,7 +110,7 @@ def _native(a: Fp8Tensor, b: Fp8Tensor, recipe: str, out_dtype: torch.dtype) -> 
     inv_b = b.inverse_scale  # (N/128, K/128)
     lead = F.pad(inv_b, (0, -inv_b.shape[1] % 4))  # K/128 padded to 4: the leading dimension
     scale_b = lead[:, : inv_b.shape[1]].t()  # (K/128, N/128), column-major
-    out = torch._scaled_mm(data_a, b.data.t(), scale_a, scale_b, out_dtype=out_dtype)
+    out = raw_scaled_mm(data_a, b.data.t(), scale_a, scale_b, out_dtype=out_dtype)
     return out[:m]
 
 
@@ -164,11 +165,11 @@ def split_k_scaled_mm(
     out = torch.zeros(m, n, device=a.data.device)
     for j in range(k // width):
         cols = slice(j * width, (j + 1) * width)
-        out += torch._scaled_mm(
+        out += raw_scaled_mm(
             a.data[:, cols].contiguous(),
             b.data[:, cols].contiguous().t(),
-            scale_a=a.inverse_scale[:, j : j + 1].contiguous(),
-            scale_b=_columns(b, j, n),
+            a.inverse_scale[:, j : j + 1].contiguous(),
+            _columns(b, j, n),
             out_dtype=torch.float32,
         )
     return out.to(out_dtype)

@@ -93,6 +93,19 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+def _row(run) -> dict:
+    """run()'s row; a 'skipped' row with the reason where it cannot run here (a device without
+    FP8 matrix units, a CPU's oneDNN without an FP8 matmul for that call, a refused scale
+    layout), a 'failed' row with the error's last line where it raised anything else (that row
+    only: the table goes on)."""
+    try:
+        return run()
+    except Unsupported as why:
+        return {"check": "skipped", "reason": str(why)}
+    except Exception as err:  # noqa: BLE001 - one failing kernel costs only its own row
+        return {"check": "failed", "reason": error_line(err)}
+
+
 def scaled_mm_check(
     shapes: list[GemmShape],
     *,
@@ -118,16 +131,18 @@ def scaled_mm_check(
         full = a.double() @ b.double().t()
         bf16 = a.bfloat16() @ b.bfloat16().t()
         for gran in granularities:
-            qa, qb = quantize(a, fmt=fmt, granularity=gran), quantize(b, fmt=fmt, granularity=gran)
-            out = scaled_mm(qa, qb, out_dtype=torch.float32)
-            abs_ref, e_ref = errors(out, fp8_linear_reference(a, b, fmt=fmt, granularity=gran))
-            e_full = relative_error(out, full)
-            tolerance = out_tolerance(gran, torch.float32, device).value
-            ok = e_ref <= tolerance and e_full <= TOLERANCES["vs_unquantised"].value
-            rows.append(
-                shape.as_dict()
-                | {
-                    "granularity": gran,
+
+            def checked(gran=gran) -> dict:
+                qa, qb = (
+                    quantize(a, fmt=fmt, granularity=gran),
+                    quantize(b, fmt=fmt, granularity=gran),
+                )
+                out = scaled_mm(qa, qb, out_dtype=torch.float32)
+                abs_ref, e_ref = errors(out, fp8_linear_reference(a, b, fmt=fmt, granularity=gran))
+                e_full = relative_error(out, full)
+                tolerance = out_tolerance(gran, torch.float32, device).value
+                ok = e_ref <= tolerance and e_full <= TOLERANCES["vs_unquantised"].value
+                return {
                     "vs_fp8_reference": e_ref,
                     "vs_fp64": e_full,
                     "bf16_vs_fp64": relative_error(bf16, full),
@@ -135,7 +150,8 @@ def scaled_mm_check(
                     "tolerance": tolerance,
                     "check": _verdict(ok),
                 }
-            )
+
+            rows.append(shape.as_dict() | {"granularity": gran} | _row(checked))
     return pd.DataFrame(rows)
 
 
@@ -158,36 +174,39 @@ def linear_check(
         return _skipped_cases([{"recipe": name} for name in recipes], reason)
     rows = []
     for name in recipes:
-        torch.manual_seed(seed)
-        ref = torch.nn.Linear(in_features, out_features, device=device)
-        config = Fp8LinearConfig.from_recipe_name(name, fmt=fmt, grad_dtype=grad_dtype)
-        layer = Fp8Linear.from_linear(ref, config)
-        gran = config.recipe.granularity.value
-        x = torch.randn(batch, seq, in_features, device=device, requires_grad=True)
-        out = layer(x)
-        fp8_ref = fp8_linear_reference(x, ref.weight, ref.bias, fmt=fmt, granularity=gran)
-        out.square().sum().backward()
-        grad_x, grad_w = x.grad.clone(), ref.weight.grad.clone()
-        x.grad, ref.weight.grad = None, None
-        full = ref(x)
-        full.square().sum().backward()
-        abs_ref, e_ref = errors(out, fp8_ref)
-        row = {
-            "recipe": name,
-            "out_vs_fp8_reference": e_ref,
-            "out_vs_fp32": relative_error(out, full),
-            "grad_x_vs_fp32": relative_error(grad_x, x.grad),
-            "grad_w_vs_fp32": relative_error(grad_w, ref.weight.grad),
-            "max_abs_error": abs_ref,
-            "tolerance": out_tolerance(gran, torch.float32, device).value,
-        }
-        grad_tol = TOLERANCES["grad_vs_fp32"].value
-        ok = (
-            e_ref <= row["tolerance"]
-            and row["out_vs_fp32"] <= TOLERANCES["vs_unquantised"].value
-            and max(row["grad_x_vs_fp32"], row["grad_w_vs_fp32"]) <= grad_tol
-        )
-        rows.append(row | {"check": _verdict(ok)})
+
+        def checked(name=name) -> dict:
+            torch.manual_seed(seed)
+            ref = torch.nn.Linear(in_features, out_features, device=device)
+            config = Fp8LinearConfig.from_recipe_name(name, fmt=fmt, grad_dtype=grad_dtype)
+            layer = Fp8Linear.from_linear(ref, config)
+            gran = config.recipe.granularity.value
+            x = torch.randn(batch, seq, in_features, device=device, requires_grad=True)
+            out = layer(x)
+            fp8_ref = fp8_linear_reference(x, ref.weight, ref.bias, fmt=fmt, granularity=gran)
+            out.square().sum().backward()
+            grad_x, grad_w = x.grad.clone(), ref.weight.grad.clone()
+            x.grad, ref.weight.grad = None, None
+            full = ref(x)
+            full.square().sum().backward()
+            abs_ref, e_ref = errors(out, fp8_ref)
+            row = {
+                "out_vs_fp8_reference": e_ref,
+                "out_vs_fp32": relative_error(out, full),
+                "grad_x_vs_fp32": relative_error(grad_x, x.grad),
+                "grad_w_vs_fp32": relative_error(grad_w, ref.weight.grad),
+                "max_abs_error": abs_ref,
+                "tolerance": out_tolerance(gran, torch.float32, device).value,
+            }
+            grad_tol = TOLERANCES["grad_vs_fp32"].value
+            ok = (
+                e_ref <= row["tolerance"]
+                and row["out_vs_fp32"] <= TOLERANCES["vs_unquantised"].value
+                and max(row["grad_x_vs_fp32"], row["grad_w_vs_fp32"]) <= grad_tol
+            )
+            return row | {"check": _verdict(ok)}
+
+        rows.append({"recipe": name} | _row(checked))
     return pd.DataFrame(rows)
 
 
@@ -206,25 +225,22 @@ BLOCK_PATHS = {  # implementation -> (the call on quantised operands, its output
 
 
 def _errors_row(run, reference, full, tolerances) -> dict:
-    """{vs_fp8_reference, vs_fp64, check} of `run()`; a 'skipped' row with the reason where it
-    cannot run here, a 'failed' row with the error's last line where it raised anything else
-    (that row only: the table goes on)."""
-    try:
+    """{vs_fp8_reference, vs_fp64, check} of `run()` (as `_row` makes it)."""
+
+    def checked() -> dict:
         out = run()
-    except Unsupported as why:
-        return {"check": "skipped", "reason": str(why)}
-    except Exception as err:  # noqa: BLE001 - one failing kernel costs only its own row
-        return {"check": "failed", "reason": error_line(err)}
-    abs_ref, e_ref = errors(out, reference)
-    e_full = relative_error(out, full)
-    ok = e_ref <= tolerances[0].value and e_full <= tolerances[1].value
-    return {
-        "vs_fp8_reference": e_ref,
-        "vs_fp64": e_full,
-        "max_abs_error": abs_ref,
-        "tolerance": tolerances[0].value,
-        "check": _verdict(ok),
-    }
+        abs_ref, e_ref = errors(out, reference)
+        e_full = relative_error(out, full)
+        ok = e_ref <= tolerances[0].value and e_full <= tolerances[1].value
+        return {
+            "vs_fp8_reference": e_ref,
+            "vs_fp64": e_full,
+            "max_abs_error": abs_ref,
+            "tolerance": tolerances[0].value,
+            "check": _verdict(ok),
+        }
+
+    return _row(checked)
 
 
 def block_gemm_check(

@@ -17,6 +17,7 @@ import torch
 from kernel_lib.backends.probes import CRASHES
 from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.formats import Fp8Format
+from kernel_lib.fp8.matmul import raw_scaled_mm
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 
 
@@ -98,11 +99,11 @@ def looped_scaled_mm(qx: Fp8Tensor, qw: Fp8Tensor, counts: list[int]) -> torch.T
         rows = slice(start, start + count)
         start += count
         if count:
-            out[rows] = torch._scaled_mm(
+            out[rows] = raw_scaled_mm(
                 qx.data[rows],
                 qw.data[g].t(),
-                scale_a=qx.inverse_scale[rows],
-                scale_b=qw.inverse_scale[g].reshape(1, n),
+                qx.inverse_scale[rows],
+                qw.inverse_scale[g].reshape(1, n),
                 out_dtype=torch.bfloat16,
             )
     return out

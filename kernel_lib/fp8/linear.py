@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernel_lib.fp8.formats import Fp8Format, fp8_format
+from kernel_lib.fp8.matmul import raw_scaled_mm
 from kernel_lib.fp8.quantize import Fp8Tensor, quantize
 from kernel_lib.fp8.scaling import (
     Granularity,
@@ -76,15 +77,19 @@ class Fp8LinearConfig:
 def cpu_scaled_mm_error() -> str | None:
     """oneDNN's reason it cannot run `torch._scaled_mm` on this CPU, or None. Some builds and ISAs
     have no FP8 matmul primitive (Xeons before Sapphire Rapids, or oneDNN held to AVX2 or
-    AVX512_CORE there: 'could not create a primitive descriptor'); probed once at 16 x 32 x 16,
-    tensorwise and rowwise, bf16 and fp32 out."""
-    a = torch.ones(16, 32).to(torch.float8_e4m3fn)
-    b = torch.ones(16, 32).to(torch.float8_e4m3fn).t()
-    scales = [(torch.tensor(1.0), torch.tensor(1.0)), (torch.ones(16, 1), torch.ones(1, 16))]
+    AVX512_CORE there: 'could not create a primitive descriptor'), and one AMX Xeon held to an
+    older ISA refused only ragged shapes; probed once at 16 x 32 x 16 and at the check tables'
+    37 x 64 x 32 (odd M), tensorwise and rowwise, bf16 and fp32 out."""
     try:
-        for scale_a, scale_b in scales:
-            for out_dtype in (torch.bfloat16, torch.float32):
-                torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+        for m, k, n in ((16, 32, 16), (37, 64, 32)):
+            a = torch.ones(m, k).to(torch.float8_e4m3fn)
+            b = torch.ones(n, k).to(torch.float8_e4m3fn).t()
+            for scale_a, scale_b in (
+                (torch.tensor(1.0),) * 2,
+                (torch.ones(m, 1), torch.ones(1, n)),
+            ):
+                for out_dtype in (torch.bfloat16, torch.float32):
+                    torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
     except (RuntimeError, NotImplementedError) as err:
         return (str(err).splitlines() or [type(err).__name__])[0][:160]
     return None
@@ -136,14 +141,10 @@ def scaled_mm(
         scale_b = scale_b.t()  # (N, 1) -> (1, N)
     # Rowwise scaling on CUDA only produces bf16; cast afterwards.
     mm_dtype = torch.bfloat16 if a.granularity is Granularity.ROWWISE else out_dtype
-    out = torch._scaled_mm(
-        a.data,
-        b.data.t(),
-        scale_a=a.inverse_scale,
-        scale_b=scale_b,
-        out_dtype=mm_dtype,
+    out = raw_scaled_mm(
+        a.data, b.data.t(), a.inverse_scale, scale_b, out_dtype=mm_dtype,
         use_fast_accum=use_fast_accum,
-    )
+    )  # fmt: skip
     return out.to(out_dtype)
 
 

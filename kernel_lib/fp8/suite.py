@@ -9,6 +9,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from kernel_lib import records as rec
+from kernel_lib.checks import Unsupported
 from kernel_lib.fp8 import bench, bench_blocks, bench_weight_only, checks
 from kernel_lib.fp8.config import Fp8BenchConfig
 from kernel_lib.fp8.inference import InferenceComparison
@@ -166,17 +167,23 @@ def weight_only_speed(ctx: Context[Fp8BenchConfig]) -> list[rec.Record]:
 
 def inference(ctx: Context[Fp8BenchConfig]) -> Inference:
     config, facts = ctx.config, ctx.facts
-    if reason := scaled_mm_unsupported(facts.device):
-        return Inference(None, bench.skipped_section(config, facts, "inference", reason))
-    comparison = bench.inference_comparison(config, device=facts.device)
+    try:
+        if reason := scaled_mm_unsupported(facts.device):
+            raise Unsupported(reason)
+        comparison = bench.inference_comparison(config, device=facts.device)
+    except Unsupported as why:
+        return Inference(None, bench.skipped_section(config, facts, "inference", str(why)))
     return Inference(comparison, bench.inference_records(comparison, facts, config))
 
 
 def training(ctx: Context[Fp8BenchConfig]) -> Training:
     config, facts = ctx.config, ctx.facts
-    if reason := scaled_mm_unsupported(facts.device):
-        return Training(None, None, bench.skipped_section(config, facts, "training", reason))
-    losses = bench.training_losses(config, device=facts.device, progress=ctx.progress)
+    try:
+        if reason := scaled_mm_unsupported(facts.device):
+            raise Unsupported(reason)
+        losses = bench.training_losses(config, device=facts.device, progress=ctx.progress)
+    except Unsupported as why:
+        return Training(None, None, bench.skipped_section(config, facts, "training", str(why)))
     table = loss_checks(losses)
     return Training(losses, table, bench.training_records(table, facts, config))
 

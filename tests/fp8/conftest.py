@@ -29,6 +29,26 @@ def rng():
     return torch.Generator().manual_seed(1234)
 
 
+def refuse_ragged(real):
+    """torch._scaled_mm as an AMX Xeon held to an older ISA ran it: an odd M refused, the rest run."""
+
+    def scaled_mm(a, *args, **kwargs):
+        if a.shape[0] % 2:
+            raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+        return real(a, *args, **kwargs)
+
+    return scaled_mm
+
+
+@pytest.fixture
+def refused_ragged(monkeypatch):
+    """oneDNN refuses only ragged shapes; the probe runs again."""
+    from kernel_lib.fp8 import linear
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse_ragged(torch._scaled_mm))
+    monkeypatch.setattr(linear, "cpu_scaled_mm_error", linear.cpu_scaled_mm_error.__wrapped__)
+
+
 @pytest.fixture
 def refused_scaled_mm(monkeypatch):
     """A CPU whose oneDNN has no FP8 matmul (a pre-AMX Xeon, or oneDNN held to AVX2/AVX512_CORE

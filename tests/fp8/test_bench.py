@@ -30,6 +30,8 @@ from kernel_lib.platform import Datasheet, device_facts  # noqa: E402
 from kernel_lib.records import to_frame  # noqa: E402
 from kernel_lib.report.findings import headlines  # noqa: E402
 
+from .conftest import refuse_ragged  # noqa: E402
+
 pytestmark = pytest.mark.slow  # the fp8 suite, run once for the module, and its sections again
 
 TINY = dict(
@@ -355,6 +357,23 @@ def test_a_cpu_whose_onednn_refuses_scaled_mm_skips_every_fp8_gemm_and_keeps_the
     gemms = frame[frame["reason"].fillna("").str.contains("primitive descriptor")]
     assert {"inference", "training", "block_gemm_check"} <= set(gemms["case"])
     assert (frame[frame["case"] == "quantize"]["status"] == "ok").any()
+
+
+def test_calls_onednn_refuses_after_its_probe_passed_are_skipped_never_failed(
+    records, monkeypatch
+):
+    """Every odd M refused (the check tables' ragged shapes) though the probe passed: the same
+    records, the refused ones skipped naming the call, none failed."""
+    monkeypatch.setattr(torch, "_scaled_mm", refuse_ragged(torch._scaled_mm))
+    monkeypatch.setattr(linear, "cpu_scaled_mm_error", lambda: None)
+    run = fp8_suite.run_suite(TINY)
+    assert sorted(rec.record_id(r, "p") for r in run) == sorted(
+        rec.record_id(r, "p") for r in records
+    )
+    frame = to_frame(run)
+    assert not frame["status"].isin(["failed", "wrong"]).any()
+    refused = frame[frame["reason"].fillna("").str.contains("no FP8 matmul for")]
+    assert "scaled_mm_check" in set(refused["case"])
 
 
 def test_an_inductor_key_this_torch_lacks_skips_the_compiled_quantisers_only(monkeypatch):

@@ -6,6 +6,8 @@ from kernel_lib.fp8.checks import linear_check, scaled_mm_check
 from kernel_lib.fp8.quantize import Fp8Tensor
 from kernel_lib.fp8.shapes import GemmShape
 
+from .conftest import refuse_ragged
+
 RECIPES = ["tensorwise_dynamic", "rowwise_dynamic", "tensorwise_delayed"]
 
 
@@ -61,6 +63,22 @@ def test_wrong_scales_fail_both_checks(monkeypatch, broken):
         scaled_mm_check([GemmShape(37, 64, 32)], granularities=["tensorwise"])["check"] == "FAIL"
     ).all()
     assert (linear_check(recipes=RECIPES)["check"] == "FAIL").all()
+
+
+def test_a_case_onednn_refuses_is_skipped_in_its_own_row(monkeypatch):
+    """The probe passed, one call is refused: that row is skipped, naming it; the rest are checked."""
+    monkeypatch.setattr(torch, "_scaled_mm", refuse_ragged(torch._scaled_mm))
+    mm = scaled_mm_check(
+        [GemmShape(37, 64, 32), GemmShape(32, 64, 32)], granularities=["tensorwise"]
+    )
+    assert list(mm["check"]) == ["skipped", "PASS"]
+    assert "no FP8 matmul for 37x64x32" in mm["reason"].iloc[0]
+    lin = linear_check(recipes=RECIPES, batch=3, seq=5)  # 15 rows: every forward refused
+    assert (lin["check"] == "skipped").all() and list(lin["recipe"]) == RECIPES
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: 1 / 0)  # any other error: failed
+    assert scaled_mm_check([GemmShape(32, 64, 32)], granularities=["tensorwise"])[
+        "reason"
+    ].tolist() == ["ZeroDivisionError: division by zero"]
 
 
 def test_checks_skip_every_case_where_scaled_mm_cannot_run(monkeypatch):

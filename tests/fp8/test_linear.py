@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_lib.checks import relative_error
+from kernel_lib.checks import Unsupported, relative_error
 from kernel_lib.fp8 import linear
 from kernel_lib.fp8.checks import out_tolerance
 from kernel_lib.fp8.linear import (
@@ -16,7 +16,7 @@ from kernel_lib.fp8.numerics import error_metrics
 from kernel_lib.fp8.quantize import quantize
 from kernel_lib.fp8.reference import fp8_linear_reference
 
-from .conftest import with_nonfinite
+from .conftest import refuse_ragged, with_nonfinite
 
 RECIPES = ["tensorwise_dynamic", "rowwise_dynamic", "tensorwise_delayed"]
 
@@ -136,6 +136,24 @@ def test_cpu_path_is_onednn_where_it_runs_never_a_rule_by_device():
 def test_a_cpu_whose_onednn_refuses_scaled_mm_is_unsupported_with_its_reason(refused_scaled_mm):
     assert fp8_matmul_support("cpu") == "unsupported"
     assert "could not create a primitive descriptor" in linear.scaled_mm_unsupported("cpu")
+
+
+def test_a_cpu_whose_onednn_refuses_only_ragged_shapes_is_unsupported(refused_ragged):
+    assert "could not create a primitive descriptor" in linear.scaled_mm_unsupported("cpu")
+
+
+def test_a_call_onednn_refuses_is_unsupported_naming_its_shape_and_other_errors_raise(monkeypatch):
+    monkeypatch.setattr(torch, "_scaled_mm", refuse_ragged(torch._scaled_mm))
+    a, b = quantize(torch.randn(37, 64), fmt="e4m3fn"), quantize(torch.randn(32, 64), fmt="e4m3fn")
+    with pytest.raises(Unsupported, match="no FP8 matmul for 37x64x32"):
+        scaled_mm(a, b, out_dtype=torch.float32)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(torch, "_scaled_mm", broken)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        scaled_mm(a, b, out_dtype=torch.float32)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA/AMD GPU with FP8 units")
