@@ -6,7 +6,9 @@ each record's fraction_of_peak), a read of the FP8 weight's bytes (the read ceil
 `weight_only_peers`), ATen's int8 weight-only GEMM on an int8 copy of the same weights (the peer a
 PyTorch user on a CPU runs: the same bytes), dequantise-then-`F.linear` (the plain comparator:
 torchao's `Float8WeightOnlyConfig` path on a CPU), the variants: Inductor's compile of it, the C
-conversion then `F.linear`, and the C kernel converting FP8 in registers inside the GEMM, and the
+conversion then `F.linear`, and the C kernel converting FP8 in registers inside the GEMM, with and
+without software prefetch of its weight lines (`weight_only_c.PREFETCH_BYTES`) or with each
+thread's weight rows streamed one after another, and the
 `fp8.weight_only_linear` plug-ins (`fn(x, weight: Fp8Weight)`, checked as the variants). The
 variant used here is chosen by measurement per case (`variants.choose`); the headlines are that
 one against bf16 at the first decode row count of the projection, and the same records against
@@ -54,7 +56,10 @@ from kernel_lib.profiling import pending
 from kernel_lib.variants import choose
 
 TOPIC = "fp8"
-VARIANTS = ("compiled_dequant_linear", "c_dequant_linear", "c_w8a16_linear")
+VARIANTS = (
+    "compiled_dequant_linear", "c_dequant_linear", "c_w8a16_linear", "c_w8a16_prefetch_linear",
+    "c_w8a16_streamed_linear",
+)  # fmt: skip
 MAX_WEIGHT_COPIES = 64
 COPY_BASIS = "copy_ of the bf16 weight into a preallocated tensor, timed in alternation with it"
 READ_BASIS = "an int32 amax over the FP8 weight's bytes, timed in alternation with it"
@@ -81,13 +86,20 @@ def _c_paths(facts: DeviceFacts, x: torch.Tensor, qws: list, w_bf16: torch.Tenso
     """The C kernels' timed calls, or why they cannot run on this device."""
     if facts.backend != "cpu":
         reason = f"a C kernel for CPUs, not {facts.backend}"
-        return dict.fromkeys(("c_dequant_linear", "c_w8a16_linear"), reason)
-    from kernel_lib.fp8.weight_only_c import c_dequant_linear, c_w8a16_linear  # built lazily
+        return dict.fromkeys(VARIANTS[1:], reason)
+    from kernel_lib.fp8.weight_only_c import (  # built lazily
+        c_dequant_linear,
+        c_w8a16_linear,
+        c_w8a16_prefetch_linear,
+        c_w8a16_streamed_linear,
+    )
 
     workspace = torch.empty_like(w_bf16)  # preallocated, as a server keeps its workspace
     return {
         "c_dequant_linear": _rotating(lambda q: c_dequant_linear(x, q, workspace=workspace), qws),
         "c_w8a16_linear": _rotating(lambda q: c_w8a16_linear(x, q), qws),
+        "c_w8a16_prefetch_linear": _rotating(lambda q: c_w8a16_prefetch_linear(x, q), qws),
+        "c_w8a16_streamed_linear": _rotating(lambda q: c_w8a16_streamed_linear(x, q), qws),
     }
 
 

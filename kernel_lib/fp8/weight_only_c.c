@@ -138,7 +138,8 @@ static void all_rows(const float *x, int64_t kp, int64_t m, const float *wbuf, i
  * k0 .. k0 + kc, zero-padded to whole vectors: e4m3fn codes times their multiplier (fp8), or
  * bf16 values; w (rows of k) is bytes or bf16 by fp8 */
 static void convert_tile(const void *w, int fp8, int64_t k, int64_t n0, int64_t rows, int64_t k0,
-                         int64_t kc, const float *block_scale, int64_t kb, float *wbuf) {
+                         int64_t kc, const float *block_scale, int64_t kb, int64_t pf,
+                         float *wbuf) {
   const int64_t kcp = (kc + V - 1) / V * V;
   for (int r = 0; r < NR; ++r)
     for (int64_t j = 0; j < kcp; j += V) {
@@ -146,6 +147,7 @@ static void convert_tile(const void *w, int fp8, int64_t k, int64_t n0, int64_t 
       if (r < rows && fp8) {
         const float mult = multiplier(block_scale, kb, n0 + r, k0 + j);
         const uint8_t *p = (const uint8_t *)w + (n0 + r) * k + k0 + j;
+        if (pf) __builtin_prefetch(p + pf);
         f = kc - j >= V ? fp8_to_f32(p, mult) : fp8_tail_to_f32(p, kc - j, mult);
       } else if (r < rows) {
         f = bf16_to_f32_v((const uint16_t *)w + (n0 + r) * k + k0 + j, kc - j);
@@ -159,12 +161,12 @@ static void convert_tile(const void *w, int fp8, int64_t k, int64_t n0, int64_t 
 __attribute__((unused)) static void tile_sums_fp32(const float *x, int64_t kp, int64_t m,
                                                    const void *w, int fp8, int64_t k, int64_t n0,
                                                    int64_t rows, const float *block_scale,
-                                                   float *wbuf, float *sums) {
+                                                   int64_t pf, float *wbuf, float *sums) {
   const int64_t kb = (k + BLOCK - 1) / BLOCK;
   memset(sums, 0, sizeof(float) * m * NR);
   for (int64_t k0 = 0; k0 < k; k0 += KC) {
     const int64_t kc = k - k0 < KC ? k - k0 : KC;
-    convert_tile(w, fp8, k, n0, rows, k0, kc, block_scale, kb, wbuf);
+    convert_tile(w, fp8, k, n0, rows, k0, kc, block_scale, kb, pf, wbuf);
     all_rows(x + k0, kp, m, wbuf, (kc + V - 1) / V * V, sums);
   }
 }
@@ -174,7 +176,7 @@ __attribute__((unused)) static int w8a16_fp32(const uint16_t *x, int64_t m, int6
                                               const uint8_t *w, int64_t n,
                                               const float *channel_scale,
                                               const float *block_scale, uint16_t *out,
-                                              int threads) {
+                                              int threads, int64_t pf) {
   const int64_t kp = (k + V - 1) / V * V, tiles = (n + NR - 1) / NR;
   float *xf = aligned_alloc(64, sizeof(float) * (m * kp + V));
   if (!xf) return 1;
@@ -193,7 +195,7 @@ __attribute__((unused)) static int w8a16_fp32(const uint16_t *x, int64_t m, int6
     for (int64_t t = 0; t < tiles; ++t) {
       if (!wbuf || !acc) continue; /* the loop is shared: this thread's tiles go undone */
       const int64_t n0 = t * NR, rows = n - n0 < NR ? n - n0 : NR;
-      tile_sums_fp32(xf, kp, m, w, 1, k, n0, rows, block_scale, wbuf, acc);
+      tile_sums_fp32(xf, kp, m, w, 1, k, n0, rows, block_scale, pf, wbuf, acc);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t r = 0; r < rows; ++r) {
           const float s = channel_scale ? channel_scale[n0 + r] : 1.f;
@@ -260,13 +262,13 @@ static inline void load64(const uint16_t *p, int64_t n, __m512i *w) {
  * in registers (SRC_FP8), bf16 (SRC_BF16; both rows of k) or wbuf's converted tile (SRC_BUF, row
  * stride kp); with block scales (blocked) each 128-K block's sums are scaled before they are
  * added. Into sums[i * nb + r], or (lanes) their 16 fp32 lanes times mult[i] added to dst[i] +
- * 16 r. mr, nb, src, blocked and lanes are constants where inlined (mr * nb <= 16, <= 8 blocked:
+ * 16 r. pf: bytes ahead to prefetch each FP8 line (0: none). mr, nb, src, blocked and lanes are constants where inlined (mr * nb <= 16, <= 8 blocked:
  * the registers hold it). */
 static inline __attribute__((always_inline)) void tile_rows(
     const uint16_t *xp, int64_t kp, int64_t i0, int mr, int nb, int src, int blocked, int lanes,
-    const void *w, int64_t k, int64_t n0, int64_t nr, const uint16_t *wbuf, const tables *t,
-    const float *block_scale, int64_t kb, int64_t n, float *sums, float *const *dst,
-    const float *mult) {
+    const void *w, int64_t k, int64_t n0, int64_t nr, int64_t pf, const uint16_t *wbuf,
+    const tables *t, const float *block_scale, int64_t kb, int64_t n, float *sums,
+    float *const *dst, const float *mult) {
   __m512 acc[MB][NBMAX], part[MB / 2][NBMAX];
   const float *scales[NBMAX]; /* each row's block row of scales */
   for (int r = 0; r < nb && blocked; ++r)
@@ -287,7 +289,9 @@ static inline __attribute__((always_inline)) void tile_rows(
         } else if (r >= nr) {
           wv[0] = wv[1] = _mm512_setzero_si512();
         } else if (src == SRC_FP8) {
-          convert64((const uint8_t *)w + (n0 + r) * k + c, k - c, t, wv);
+          const uint8_t *p = (const uint8_t *)w + (n0 + r) * k + c;
+          if (pf) __builtin_prefetch(p + pf);
+          convert64(p, k - c, t, wv);
         } else {
           load64((const uint16_t *)w + (n0 + r) * k + c, k - c, wv);
         }
@@ -324,12 +328,12 @@ static inline __attribute__((always_inline)) void tile_rows(
 
 /* tile_rows of w8a16_bf16: NB rows, sums, mr, src and blocked as constants (a copy each) */
 static void rows_pass(int mr, int src, int blocked, const uint16_t *xp, int64_t kp, int64_t i0,
-                      const void *w, int64_t k, int64_t n0, int64_t nr, const uint16_t *wbuf,
-                      const tables *t, const float *block_scale, int64_t kb, int64_t n,
-                      float *sums) {
+                      const void *w, int64_t k, int64_t n0, int64_t nr, int64_t pf,
+                      const uint16_t *wbuf, const tables *t, const float *block_scale, int64_t kb,
+                      int64_t n, float *sums) {
 #define ROWS(MR, SRC, BLOCKED)                                                                  \
-  tile_rows(xp, kp, i0, MR, NB, SRC, BLOCKED, 0, w, k, n0, nr, wbuf, t, block_scale, kb, n, sums, \
-            NULL, NULL)
+  tile_rows(xp, kp, i0, MR, NB, SRC, BLOCKED, 0, w, k, n0, nr, pf, wbuf, t, block_scale, kb, n, \
+            sums, NULL, NULL)
   switch (blocked * 16 + src * 8 + mr) {
     case 1: ROWS(1, SRC_BUF, 0); break;
     case 2: ROWS(2, SRC_BUF, 0); break;
@@ -347,13 +351,81 @@ static void rows_pass(int mr, int src, int blocked, const uint16_t *xp, int64_t 
 #undef ROWS
 }
 
+/* sums[i * NB + r] (i < mr, r < nr) = x rows i0 + i (as tile_rows) . weight rows n0 + r, each
+ * row read start to end before the next (streamed: one stream per thread, the hardware
+ * prefetcher's best case, where tile_rows interleaves NB streams): per 128-K block four
+ * accumulator chains per x row, scaled by the row's block scale (blocked) as they are added.
+ * mr (<= MB) and blocked are constants where inlined. */
+static inline __attribute__((always_inline)) void stream_rows(
+    const uint16_t *xp, int64_t kp, int64_t i0, int mr, int blocked, const uint8_t *w, int64_t k,
+    int64_t n0, int64_t nr, int64_t pf, const tables *t, const float *block_scale, int64_t kb,
+    float *sums) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const uint8_t *row = w + (n0 + r) * k;
+    const float *scales = blocked ? block_scale + ((n0 + r) / BLOCK) * kb : NULL;
+    __m512 acc[MB], part[MB][4];
+    for (int i = 0; i < mr; ++i) {
+      acc[i] = _mm512_setzero_ps();
+      for (int j = 0; j < 4; ++j) part[i][j] = _mm512_setzero_ps();
+    }
+    for (int64_t b0 = 0; b0 < kp; b0 += BLOCK) {
+#pragma GCC unroll 2
+      for (int64_t c = b0, h = 0; c < b0 + BLOCK && c < kp; c += C, h += 2) {
+        __m512i wv[2];
+        if (pf) __builtin_prefetch(row + c + pf);
+        convert64(row + c, k - c, t, wv);
+        for (int i = 0; i < mr; ++i) {
+          const uint16_t *xr = xp + (i0 + i) * kp + c;
+          part[i][h] = _mm512_dpbf16_ps(part[i][h], (__m512bh)_mm512_load_si512(xr),
+                                        (__m512bh)wv[0]);
+          part[i][h + 1] = _mm512_dpbf16_ps(part[i][h + 1],
+                                            (__m512bh)_mm512_load_si512(xr + 32), (__m512bh)wv[1]);
+        }
+      }
+      if (blocked)
+        for (int i = 0; i < mr; ++i) {
+          const __m512 sum = _mm512_add_ps(_mm512_add_ps(part[i][0], part[i][1]),
+                                           _mm512_add_ps(part[i][2], part[i][3]));
+          acc[i] = _mm512_fmadd_ps(sum, _mm512_set1_ps(scales[b0 / BLOCK]), acc[i]);
+          for (int j = 0; j < 4; ++j) part[i][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int i = 0; i < mr; ++i) {
+      if (!blocked)
+        acc[i] = _mm512_add_ps(_mm512_add_ps(part[i][0], part[i][1]),
+                               _mm512_add_ps(part[i][2], part[i][3]));
+      sums[i * NB + r] = _mm512_reduce_add_ps(acc[i]);
+    }
+  }
+}
+
+/* stream_rows with mr and blocked as constants (a copy each) */
+static void stream_pass(int mr, int blocked, const uint16_t *xp, int64_t kp, int64_t i0,
+                         const uint8_t *w, int64_t k, int64_t n0, int64_t nr, int64_t pf,
+                         const tables *t, const float *block_scale, int64_t kb, float *sums) {
+#define TURN(MR, BLOCKED) \
+  stream_rows(xp, kp, i0, MR, BLOCKED, w, k, n0, nr, pf, t, block_scale, kb, sums)
+  switch (blocked * 8 + mr) {
+    case 1: TURN(1, 0); break;
+    case 2: TURN(2, 0); break;
+    case 3: TURN(3, 0); break;
+    case 4: TURN(4, 0); break;
+    case 9: TURN(1, 1); break;
+    case 10: TURN(2, 1); break;
+    case 11: TURN(3, 1); break;
+    case 12: TURN(4, 1); break;
+  }
+#undef TURN
+}
+
 /* wbuf (nb rows, stride kp) = e4m3fn weight rows n0 .. n0 + nr (rows of k; the rest zeros) as
  * bf16 in convert64's order */
 static void buffer_tile(const uint8_t *w, int64_t k, int64_t kp, int64_t n0, int64_t nr, int nb,
-                        const tables *t, uint16_t *wbuf) {
+                        int64_t pf, const tables *t, uint16_t *wbuf) {
   for (int r = 0; r < nb; ++r)
     for (int64_t c = 0; c < kp; c += C) {
       __m512i wv[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      if (r < nr && pf) __builtin_prefetch(w + (n0 + r) * k + c + pf);
       if (r < nr) convert64(w + (n0 + r) * k + c, k - c, t, wv);
       _mm512_store_si512(wbuf + r * kp + c, wv[0]);
       _mm512_store_si512(wbuf + r * kp + c + 32, wv[1]);
@@ -362,10 +434,11 @@ static void buffer_tile(const uint8_t *w, int64_t k, int64_t kp, int64_t n0, int
 
 static int w8a16_bf16(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
                        const float *channel_scale, const float *block_scale, uint16_t *out,
-                       int threads) {
+                       int threads, int64_t pf, int streamed) {
   const int64_t kp = (k + C - 1) / C * C, tiles = (n + NB - 1) / NB, kb = (k + BLOCK - 1) / BLOCK;
   const tables t = bf16_tables();
-  const int blocked = block_scale != NULL, rows = blocked ? MB / 2 : MB, direct = m <= rows;
+  const int blocked = block_scale != NULL, rows = streamed ? MB : blocked ? MB / 2 : MB;
+  const int direct = streamed || m <= rows;
   uint16_t *xp = aligned_alloc(64, sizeof(uint16_t) * m * kp);
   if (!xp) return 1;
   int failed = 0;
@@ -386,12 +459,15 @@ static int w8a16_bf16(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w,
     for (int64_t tile = 0; tile < tiles; ++tile) {
       if (!direct && !wbuf) continue; /* the loop is shared: this thread's tiles go undone */
       const int64_t n0 = tile * NB, nr = n - n0 < NB ? n - n0 : NB;
-      if (!direct) buffer_tile(w, k, kp, n0, nr, NB, &t, wbuf);
+      if (!direct) buffer_tile(w, k, kp, n0, nr, NB, pf, &t, wbuf);
       for (int64_t i = 0; i < m; i += rows) {
         const int mr = m - i < rows ? (int)(m - i) : rows;
         float sums[MB * NB];
-        rows_pass(mr, direct ? SRC_FP8 : SRC_BUF, blocked, xp, kp, i, w, k, n0, nr, wbuf, &t,
-                  block_scale, kb, n, sums);
+        if (streamed)
+          stream_pass(mr, blocked, xp, kp, i, w, k, n0, nr, pf, &t, block_scale, kb, sums);
+        else
+          rows_pass(mr, direct ? SRC_FP8 : SRC_BUF, blocked, xp, kp, i, w, k, n0, nr, pf, wbuf,
+                    &t, block_scale, kb, n, sums);
         for (int64_t ii = 0; ii < mr; ++ii)
           for (int64_t r = 0; r < nr; ++r) {
             const float sc = channel_scale ? channel_scale[n0 + r] : 1.f;
@@ -421,15 +497,20 @@ int weight_only_isa(void) {
 }
 
 /* out (m, n) bf16 = x (m, k) bf16 @ (w (n, k) e4m3fn * scales).T: channel_scale (n) or
- * block_scale (ceil(n/128), ceil(k/128)), the other NULL; on `threads` threads. Returns 0, or 1
- * where a buffer could not be allocated (out is then incomplete). */
+ * block_scale (ceil(n/128), ceil(k/128)), the other NULL; on `threads` threads; prefetch > 0:
+ * each weight line is prefetched that many bytes ahead of its read along its row (into the next
+ * rows past a row's end), 0: left to the hardware, whose stream prefetcher stops at every 4 KiB
+ * page (one row where K = 4096); streamed: each thread reads its weight rows one after another
+ * (stream_rows; built with the bf16 dot products only). Returns 0, 1 where a buffer could not be
+ * allocated (out is then incomplete), 2 where streamed is asked of a build without it. */
 int w8a16_linear(const uint16_t *x, int64_t m, int64_t k, const uint8_t *w, int64_t n,
                   const float *channel_scale, const float *block_scale, uint16_t *out,
-                  int threads) {
+                  int threads, int64_t prefetch, int streamed) {
 #if defined(BF16_PATH)
-  return w8a16_bf16(x, m, k, w, n, channel_scale, block_scale, out, threads);
+  return w8a16_bf16(x, m, k, w, n, channel_scale, block_scale, out, threads, prefetch, streamed);
 #else
-  return w8a16_fp32(x, m, k, w, n, channel_scale, block_scale, out, threads);
+  if (streamed) return 2;
+  return w8a16_fp32(x, m, k, w, n, channel_scale, block_scale, out, threads, prefetch);
 #endif
 }
 
@@ -535,8 +616,8 @@ static void moe_pass(int mr, int src, int lanes, const uint16_t *xp, int64_t kp,
                      float *const *dst, const float *mult) {
   const int64_t kb = (k + BLOCK - 1) / BLOCK;
 #define MOE(MR, SRC, BLOCKED, LANES)                                                   \
-  tile_rows(xp, kp, i0, MR, TILE, SRC, BLOCKED, LANES, w, k, n0, nr, wbuf, t, block_scale, kb, \
-            n, sums, dst, mult)
+  tile_rows(xp, kp, i0, MR, TILE, SRC, BLOCKED, LANES, w, k, n0, nr, 0, wbuf, t, block_scale, \
+            kb, n, sums, dst, mult)
   switch (lanes * 16 + src * 4 + mr) {
     case SRC_FP8 * 4 + 1: MOE(1, SRC_FP8, 1, 0); break;
     case SRC_BUF * 4 + 1: MOE(1, SRC_BUF, 1, 0); break;
@@ -558,7 +639,7 @@ static void dot_tile(const xel *xs, int64_t kp, int64_t m, const void *w, int fp
                      float *sums, float *const *dst, const float *mult) {
   const int rows = fp8 ? 1 : 2, lanes = dst != NULL;
   int src = fp8 ? SRC_FP8 : SRC_BF16;
-  if (fp8 && m > rows) buffer_tile(w, k, kp, n0, nr, TILE, &s->t, s->wbuf), src = SRC_BUF;
+  if (fp8 && m > rows) buffer_tile(w, k, kp, n0, nr, TILE, 0, &s->t, s->wbuf), src = SRC_BUF;
   for (int64_t i = 0; i < m; i += rows)
     moe_pass(m - i < rows ? (int)(m - i) : rows, src, lanes, xs, kp, i, w, k, n0, nr, s->wbuf,
              &s->t, block_scale, n, lanes ? NULL : sums + i * TILE, lanes ? dst + i : NULL,
@@ -597,7 +678,7 @@ static void dot_tile(const xel *xs, int64_t kp, int64_t m, const void *w, int fp
                      float *sums, float *const *dst, const float *mult) {
   (void)n;
   float *out = dst ? s->sums : sums;
-  tile_sums_fp32(xs, kp, m, w, fp8, k, n0, nr, block_scale, s->wbuf, out);
+  tile_sums_fp32(xs, kp, m, w, fp8, k, n0, nr, block_scale, 0, s->wbuf, out);
   for (int64_t i = 0; dst && i < m; ++i)
     for (int r = 0; r < NR; ++r) dst[i][r] += mult[i] * out[i * NR + r];
 }

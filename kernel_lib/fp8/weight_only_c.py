@@ -4,7 +4,8 @@ inside a GEMM whose threads own tiles of output channels, streaming the FP8 weig
 `c_dequant_linear` converts the whole weight to bf16 in C and hands it to `F.linear` (oneDNN),
 for prefill, where the GEMM's arithmetic outweighs the weight's bytes. The same source compiles
 to AVX-512 or AVX2 vectors, and where the CPU has AVX512-VBMI and -BF16 to byte lookups and bf16
-dot products (`isa`); it also holds `moe_decode`, a MoE layer's decode step on FP8 or bf16
+dot products (`isa`), whose threads read their weight rows either NB side by side per K chunk or
+one after another (`streamed`); it also holds `moe_decode`, a MoE layer's decode step on FP8 or bf16
 experts in one call (kernel_lib.moe.fp8_experts wraps it). Built and cached per CPU by
 kernel_lib.c_kernels; without a compiler that builds it, every wrapper raises
 kernel_lib.checks.Unsupported (a skipped record).
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 
 from kernel_lib import c_kernels
 from kernel_lib.c_kernels import check_tensor
+from kernel_lib.checks import Unsupported
 from kernel_lib.fp8.scaling import BLOCK
 from kernel_lib.fp8.weight_only import SCALINGS, Fp8Weight
 
@@ -32,8 +34,8 @@ SOURCE = Path(__file__).with_name("weight_only_c.c")
 def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(c_kernels.build(SOURCE, "weight_only_c")))
     ptr, i64, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.w8a16_linear.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr, ptr, c_int]
-    lib.w8a16_linear.restype = c_int  # 1: a buffer could not be allocated
+    lib.w8a16_linear.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr, ptr, c_int, i64, c_int]
+    lib.w8a16_linear.restype = c_int  # 1: a buffer could not be allocated; 2: not streamed here
     lib.fp8_weight_to_bf16.argtypes = [ptr, i64, i64, ptr, ptr, ptr, c_int]
     lib.fp8_weight_to_bf16.restype = None
     f32 = ctypes.c_float
@@ -81,24 +83,49 @@ def _out(name: str, out: torch.Tensor | None, shape: torch.Size) -> torch.Tensor
     return check_tensor(name, out, torch.bfloat16, tuple(shape))
 
 
-def c_w8a16_linear(x: torch.Tensor, w: Fp8Weight) -> torch.Tensor:
+# c_w8a16_prefetch_linear's distance: about one DRAM latency (~100 ns) of one row's stream at a
+# decode's per-row share of the bandwidth (~10 GB/s), 16 cache lines; a candidate beside no
+# prefetch, chosen by measurement.
+PREFETCH_BYTES = 1024
+
+
+def c_w8a16_linear(
+    x: torch.Tensor, w: Fp8Weight, *, prefetch: int = 0, streamed: bool = False
+) -> torch.Tensor:
     """x (M, K) bf16 @ (W (N, K) e4m3fn * scale_inv)^T -> (M, N) bf16, fp32 accumulation, one
-    rounding to bf16, on torch's thread count. Raises ValueError/TypeError on a bad operand,
+    rounding to bf16, on torch's thread count; `prefetch` > 0: each weight line prefetched that
+    many bytes ahead of its read (0: none); `streamed`: each thread reads its weight rows one
+    after another, not NB of them side by side (the bf16-dot-product build only). Raises ValueError/TypeError on a bad operand,
     MemoryError where the kernel's buffers do not fit, Unsupported where it cannot be built."""
     channel, block = _checked(x, w)
     lib = _library()
+    if streamed and isa() != "avx512_vbmi_bf16":
+        raise Unsupported(f"streamed rows are built with AVX512-VBMI and -BF16 only, not {isa()}")
     (m, k), n = x.shape, w.data.shape[0]
     if x.numel() == 0 or n == 0:  # no row, column or product to read: the empty sum
         return torch.zeros(m, n, dtype=torch.bfloat16)
     x = x.contiguous()
     out = torch.empty(m, n, dtype=torch.bfloat16)
     threads = torch.get_num_threads()
+    if not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (bytes ahead)")
     failed = lib.w8a16_linear(
-        x.data_ptr(), m, k, w.data.data_ptr(), n, channel, block, out.data_ptr(), threads
-    )
+        x.data_ptr(), m, k, w.data.data_ptr(), n, channel, block, out.data_ptr(), threads,
+        prefetch, streamed,
+    )  # fmt: skip
     if failed:
         raise MemoryError(f"c_w8a16_linear: no memory for its buffers at M={m}, K={k}")
     return out
+
+
+def c_w8a16_prefetch_linear(x: torch.Tensor, w: Fp8Weight) -> torch.Tensor:
+    """c_w8a16_linear prefetching PREFETCH_BYTES ahead."""
+    return c_w8a16_linear(x, w, prefetch=PREFETCH_BYTES)
+
+
+def c_w8a16_streamed_linear(x: torch.Tensor, w: Fp8Weight) -> torch.Tensor:
+    """c_w8a16_linear with each thread's weight rows streamed one after another."""
+    return c_w8a16_linear(x, w, streamed=True)
 
 
 def _dequantize(

@@ -20,7 +20,7 @@ from kernel_lib.config import (
     require,
 )
 from kernel_lib.moe.cases import memory_needed
-from kernel_lib.moe.experts import ACTIVATIONS
+from kernel_lib.moe.experts import ACTIVATIONS, in_width
 from kernel_lib.moe.layers import LayerType
 from kernel_lib.moe.presets import PRESETS
 from kernel_lib.moe.shapes import MoEShape
@@ -28,6 +28,13 @@ from kernel_lib.moe.strategies import STRATEGIES
 
 LAYER_TYPES = tuple(t.value for t in LayerType)
 SWEEPS = ("tokens", "experts", "top_k", "imbalance")
+# Peak bytes per routed-expert weight of the FP8 decode section (fp8_decode.py): the case's
+# experts made in fp32 (4) then bf16 (2), their FP8 copy (1) and its bf16 model (2, stacked from
+# per-expert tensors: 2 more at once), the comparator's bf16 workspace (2). Measured: 12.7 (560 MB
+# over the imports' resident set at DeepSeek-V3 1/16, 44 M weights, with one more FP8 and bf16
+# copy each for the 32 MiB cache); the copies (twice the last-level cache) are small at any size
+# that could not fit.
+DECODE_WEIGHT_BYTES = 13
 
 
 def _any_of(names) -> str:
@@ -138,6 +145,17 @@ class MoEBenchConfig:
         0.01,
         "aux-loss-free bias step per batch (DeepSeek-V3 trained with 0.001); a finite number > 0",
     )
+    fp8_decode_presets: tuple = param(
+        ("deepseek-v3", "qwen3-30b-a3b"),
+        "model presets whose routed experts are decoded from FP8 (e4m3fn, 128 x 128 block "
+        "scales) by one C call, at moe_preset_scale and each of moe_fp8_decode_tokens (a CPU "
+        f"kernel: skipped elsewhere); any of {_any_of(PRESETS)} (empty: no FP8 decode section)",
+    )
+    fp8_decode_tokens: tuple = param(
+        (1, 4, 16),
+        "tokens T per FP8 decode step, each timed on every moe_fp8_decode_presets entry; a "
+        "non-empty list of whole numbers > 0",
+    )
     ep_world_sizes: tuple = param(
         (2,),
         "world sizes W of the expert-parallel section, each run launched by torchrun (0: every "
@@ -161,6 +179,7 @@ class MoEBenchConfig:
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
         for name in ("tokens", "hidden", "ffn", "sweep_tokens", "sweep_experts", "sweep_top_k"):
             _positive_ints(getattr(self, name), f"moe_{name}")
+        _positive_ints(self.fp8_decode_tokens, "moe_fp8_decode_tokens")
         for name in ("experts", "top_k", "sweep_base_tokens", "preset_tokens", "balance_steps"):
             _positive_ints((getattr(self, name),), f"moe_{name}")
         for name in ("tokens", "ffn"):
@@ -213,6 +232,7 @@ class MoEBenchConfig:
         ):
             parse_choices(getattr(self, name), choices, param=f"moe_{name}")
         require(isinstance(self.backward, bool), "moe_backward", self.backward, "True or False")
+        self._check_fp8_decode_presets()
         self._check_expert_parallel()
         require(
             len(self.imbalance) > 0 and all(finite(v) for v in self.imbalance),
@@ -220,6 +240,18 @@ class MoEBenchConfig:
             list(self.imbalance),
             "a non-empty list of finite numbers",
         )
+
+    def _check_fp8_decode_presets(self) -> None:
+        """A list (empty: the FP8 decode section runs nothing) of preset names."""
+        presets = self.fp8_decode_presets
+        require(
+            isinstance(presets, tuple),
+            "moe_fp8_decode_presets",
+            presets,
+            f"a list of {_any_of(PRESETS)} (empty: no FP8 decode section)",
+        )
+        for name in presets:
+            parse_choice(name, tuple(PRESETS), param="moe_fp8_decode_presets")
 
     def _check_expert_parallel(self) -> None:
         """moe_ep_world_sizes (whole numbers >= 2, or 0: every device), each dividing the
@@ -304,6 +336,13 @@ class MoEBenchConfig:
             cases.append(
                 (memory_needed(at, item), (field, "preset_scale", "preset_tokens", "dtype"))
             )
+        for name in self.fp8_decode_presets:  # the FP8 decode's experts, at its largest T
+            model = PRESETS[name].scaled(self.preset_scale)
+            d, f, h = model.hidden, model.ffn, in_width(model.ffn, model.activation)
+            weights = model.num_experts * d * (h + f)
+            rows = max(self.fp8_decode_tokens) * (3 * d + model.top_k * (h + f))  # fp64 check
+            need = weights * DECODE_WEIGHT_BYTES + rows * 8
+            cases.append((need, ("fp8_decode_presets", "fp8_decode_tokens", "preset_scale")))
         return largest_needs(cases, "moe_")
 
     @property
@@ -322,6 +361,7 @@ class MoEBenchConfig:
 
 
 def _positive_ints(values, param: str) -> None:
-    positive_list(list(values), param)
+    """A non-empty list of whole numbers > 0 (a scalar is refused naming `param`, not iterated)."""
+    positive_list(list(values) if isinstance(values, tuple) else values, param)
     for value in values:
         require(isinstance(value, int), param, list(values), "whole numbers")

@@ -43,9 +43,10 @@ from kernel_lib.moe.routing import Routing
 from kernel_lib.moe.tolerances import tolerance
 from kernel_lib.platform import DeviceFacts
 
-PRESETS = ("deepseek-v3", "qwen3-30b-a3b")
-TOKENS = (1, 4, 16)
-SCALE = 0.0625
+# the notebook's defaults: moe_fp8_decode_presets, moe_fp8_decode_tokens, moe_preset_scale
+PRESETS = MoEBenchConfig.fp8_decode_presets
+TOKENS = MoEBenchConfig.fp8_decode_tokens
+SCALE = MoEBenchConfig.preset_scale
 BASELINE = "c_decode_bf16"
 NAMES = (BASELINE, "c_decode_fp8", "dequant_then_decode", "read")
 HEADLINE, HEADLINE_AT = "moe.fp8_decode_vs_bf16", ("deepseek-v3", 1)

@@ -16,6 +16,7 @@ from kernel_lib.moe.bench_presets import section_presets
 from kernel_lib.moe.cases import REFERENCE, MoECase, check_table, edge_cases, make_case
 from kernel_lib.moe.config import SWEEPS, MoEBenchConfig
 from kernel_lib.moe.ep_bench import section_expert_parallel
+from kernel_lib.moe.fp8_decode import fp8_decode_records
 from kernel_lib.moe.presets import preset
 from kernel_lib.moe.shapes import MoEShape
 from kernel_lib.platform import DeviceFacts, device_facts
@@ -97,6 +98,20 @@ def throughput_backward(ctx: Context[MoEBenchConfig]) -> Records:
     return bench.section_throughput(ctx.config, ctx.facts, backward=True, progress=ctx.progress)
 
 
+def fp8_decode(ctx: Context[MoEBenchConfig]) -> Records:
+    """Each of moe_fp8_decode_presets at moe_preset_scale, per moe_fp8_decode_tokens entry
+    (fp8_decode.py); no presets, no records."""
+    cfg = ctx.config
+    return fp8_decode_records(
+        list(cfg.fp8_decode_presets),
+        list(cfg.fp8_decode_tokens),
+        cfg.preset_scale,
+        facts=ctx.facts,
+        min_time_s=cfg.min_time_s,
+        zipf=cfg.preset_zipf,
+    )
+
+
 def sweeps(ctx: Context[MoEBenchConfig]) -> Sweeps:
     by_axis = {
         axis: bench.section_sweep(axis, ctx.config, ctx.facts, progress=ctx.progress)
@@ -116,6 +131,11 @@ SUITE = Suite(TOPIC, (
     Section("sweeps", sweeps, "tokens, experts, top-k and imbalance sweeps"),
     Section("routing_check", routing_check, "each preset's routing vs its fp64 twin: checks"),
     Section("presets", lambda ctx: section_presets(ctx.config, ctx.facts), "model presets"),
+    Section(
+        "fp8_decode",
+        fp8_decode,
+        "FP8 routed experts decoded by one C call vs bf16 experts, dequantise-then-decode, a read",
+    ),
     Section(
         "expert_parallel",
         lambda ctx: section_expert_parallel(ctx.config, ctx.facts),

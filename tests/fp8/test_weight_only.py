@@ -23,6 +23,8 @@ from kernel_lib.fp8.weight_only_c import (
     c_dequant_linear,
     c_dequantize_weight,
     c_w8a16_linear,
+    c_w8a16_prefetch_linear,
+    c_w8a16_streamed_linear,
 )  # fmt: skip
 from kernel_lib.platform import device_facts
 from kernel_lib.profiling.capture import profiled
@@ -30,8 +32,17 @@ from kernel_lib.profiling.pending import PROFILE_ENV
 
 SHAPES = [(1, 200, 72), (3, 131, 259), (4, 136, 33), (17, 300, 130)]  # (M, K, N): ragged K, N
 PATHS = {"c_w8a16_linear": c_w8a16_linear, "c_dequant_linear": c_dequant_linear}
+PATHS["c_w8a16_prefetch_linear"] = c_w8a16_prefetch_linear
+PATHS["c_w8a16_streamed_linear"] = c_w8a16_streamed_linear
 PATHS["dequant_linear"] = dequant_linear
 SPECIAL = {1: "smallest subnormal", 0x87: "-largest subnormal", 0x7E: "max", 0xFE: "-max"}
+
+
+def _paths() -> dict:
+    """PATHS this build runs: streamed rows only with the bf16 dot products."""
+    if weight_only_c.isa() == "avx512_vbmi_bf16":
+        return PATHS
+    return {name: path for name, path in PATHS.items() if name != "c_w8a16_streamed_linear"}
 
 
 @pytest.fixture(params=["native", "avx2"])
@@ -74,7 +85,7 @@ def test_every_path_matches_the_fp64_reference_at_odd_shapes(m, k, n, scaling, b
     assert weight_only_c.isa() in weight_only_c.ISAS
     if build == "avx2":
         assert weight_only_c.isa() == "avx2"
-    for name, path in PATHS.items():
+    for name, path in _paths().items():
         got = path(x, qw)
         assert got.dtype == torch.bfloat16 and got.shape == (m, n), name
         assert relative_error(got.double(), ref) <= TOLERANCES["bf16_out"].value, name
@@ -85,7 +96,7 @@ def test_nan_weights_give_nan_in_their_output_column_only(scaling, build):
     m, k, n = 3, 131, 37
     qw, x = _weight(n, k, scaling, nan=True), _x(m, k)
     ref = weight_only_reference(x, qw)
-    for name, path in PATHS.items():
+    for name, path in _paths().items():
         got = path(x, qw).double()
         assert torch.equal(got.isnan(), ref.isnan()) and got[:, 1].isnan().all(), name
         finite = ~ref.isnan()
@@ -117,6 +128,28 @@ def test_the_c_conversion_is_the_plain_one_bit_for_bit(build):
         assert torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
+def test_prefetching_changes_no_bit_and_a_negative_distance_is_refused(build):
+    for scaling in ("channel", "block"):
+        for m in (1, 5):  # registers, and the converted-tile buffer
+            qw, x = _weight(67, 300, scaling), _x(m, 300)
+            assert torch.equal(c_w8a16_prefetch_linear(x, qw), c_w8a16_linear(x, qw))
+    with pytest.raises(ValueError, match="prefetch=-1"):
+        c_w8a16_linear(x, qw, prefetch=-1)
+
+
+def test_streamed_rows_are_skipped_where_not_built(build):
+    qw, x = _weight(67, 300, "block"), _x(9, 300)  # 9 rows: two groups of 4 and one
+    if weight_only_c.isa() != "avx512_vbmi_bf16":
+        with pytest.raises(Unsupported, match="AVX512-VBMI and -BF16 only"):
+            c_w8a16_streamed_linear(x, qw)
+        return
+    ref = weight_only_reference(x, qw)
+    assert (
+        relative_error(c_w8a16_streamed_linear(x, qw).double(), ref)
+        <= TOLERANCES["bf16_out"].value
+    )
+
+
 def test_any_thread_count_gives_the_same_bits():
     qw, x = _weight(67, 300, "block"), _x(5, 300)
     before = torch.get_num_threads()
@@ -139,9 +172,9 @@ class _OffByOneScale:
     def __getattr__(self, name):
         return getattr(self.lib, name)
 
-    def w8a16_linear(self, x, m, k, w, n, channel, block, out, threads):
+    def w8a16_linear(self, x, m, k, w, n, channel, block, out, *rest):
         shift = lambda p: None if p is None else p + 4  # noqa: E731 - one float further
-        return self.lib.w8a16_linear(x, m, k, w, n, shift(channel), shift(block), out, threads)
+        return self.lib.w8a16_linear(x, m, k, w, n, shift(channel), shift(block), out, *rest)
 
 
 @pytest.mark.parametrize("scaling", ["channel", "block"])
@@ -158,6 +191,8 @@ def test_a_broken_kernel_fails_its_check(scaling, monkeypatch):
     lib = weight_only_c._library()
     monkeypatch.setattr(weight_only_c, "_library", lambda: _OffByOneScale(lib))
     assert not check(c_w8a16_linear(x, qw)).passed
+    assert not check(c_w8a16_prefetch_linear(x, qw)).passed
+    assert not check(c_w8a16_streamed_linear(x, qw)).passed
 
 
 def test_bad_operands_raise_one_line():
@@ -190,7 +225,7 @@ def test_the_section_times_every_path_with_bytes_and_declares_the_decode_headlin
         "bf16_linear", "copy", "read", "aten_int8pack_mm", "dequant_linear",
         *bench_weight_only.VARIANTS,
     }  # fmt: skip
-    assert len(compared) == 8 * len(TINY.weight_only_cases)
+    assert len(compared) == (5 + len(bench_weight_only.VARIANTS)) * len(TINY.weight_only_cases)
     off = frame["status"] != "ok"  # ATen's int8 kernel is never called at K = 72
     assert (frame[off]["implementation"] == "aten_int8pack_mm").all()
     assert (frame[off]["shape.K"] == 72).all() and off.sum() == 3
@@ -243,7 +278,7 @@ def test_the_c_paths_are_skipped_with_the_reason_they_cannot_build(monkeypatch, 
     monkeypatch.setattr(weight_only_c, "_library", weight_only_c._library.__wrapped__)
     monkeypatch.setattr(c_kernels.shutil, "which", lambda name: None)
     got = {r.implementation: r for r in bench_weight_only.weight_only_speed(TINY, device_facts())}
-    for name in ("c_w8a16_linear", "c_dequant_linear"):
+    for name in bench_weight_only.VARIANTS[1:]:
         assert got[name].status == "skipped" and "no C compiler" in got[name].reason
     assert got["bf16_linear"].status == got["compiled_dequant_linear"].status == "ok"
 

@@ -22,6 +22,9 @@ PARAMS = dict(
     moe_sweep_tokens=[32, 64], moe_sweep_experts=[2, 4], moe_sweep_top_k=[1, 2],
     moe_sweep_base_tokens=32, moe_sweep_strategies=["sorted_grouped"], moe_min_time_s=0.001,
     moe_presets=["gpt-oss-20b"], moe_preset_tokens=32, moe_preset_strategies=["sorted_grouped"],
+    # one FP8 decode case; expert parallelism on the throughput shape only (its presets' runs,
+    # ~20 s more here, are tests/moe/test_ep_bench.py's)
+    moe_fp8_decode_presets=["qwen3-30b-a3b"], moe_fp8_decode_tokens=[1], moe_ep_presets=[],
 )  # fmt: skip
 CFG = MoEBenchConfig.from_params(PARAMS)
 
@@ -50,6 +53,7 @@ def test_suite_sections_modes_and_unique_ids(records):
     assert {r.case for r in records} >= {
         "forward", "forward_backward", "seed_same_dtype", "seed_config", "forward_capacity",
         "layer_forward", "sweep_tokens", "sweep_experts", "sweep_top_k", "sweep_imbalance",
+        "fp8_decode_qwen3-30b-a3b",
     }  # fmt: skip
     assert {r.mode for r in records} == {"forward", "forward_backward"}
     rec.stamp(records, run_id="test", platform="test")  # raises on a shared record_id

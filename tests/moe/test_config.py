@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.config import DECODE_WEIGHT_BYTES, MoEBenchConfig
 from kernel_lib.moe.shapes import MoEShape
 
 
@@ -39,7 +39,9 @@ def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
     ("preset_scale", 0.0), ("preset_scale", 2.0), ("preset_tokens", 0), ("preset_zipf", -1.0),
     ("balance_preset", "mixtral"), ("balance_steps", 0), ("balance_gamma", 0.0),
     ("strategies", []), ("sweep_strategies", []), ("layer_types", []), ("presets", []),
-    ("side_strategies", ["magic"]), ("side_strategies", []),
+    ("side_strategies", ["magic"]), ("side_strategies", []), ("fp8_decode_presets", ["DeepSeek"]),
+    ("fp8_decode_presets", "deepseek-v3"), ("fp8_decode_tokens", []), ("fp8_decode_tokens", [0]),
+    ("fp8_decode_tokens", [2.0]), ("fp8_decode_tokens", 4),
 ])  # fmt: skip
 def test_bad_parameter_is_named(param, value):
     with pytest.raises(ValueError, match=f"moe_{param}="):
@@ -58,6 +60,10 @@ def test_shape_lists_must_have_equal_length():
 
 def test_an_empty_compile_list_is_fine():  # the plain loop is timed compiled anyway
     assert MoEBenchConfig(compile=[]).compile == ()
+
+
+def test_an_empty_fp8_decode_presets_list_is_fine():  # no FP8 decode section (moe_ep_presets too)
+    assert MoEBenchConfig(fp8_decode_presets=[]).fp8_decode_presets == ()
 
 
 def test_the_side_compares_time_moe_strategies_that_side_strategies_names():
@@ -103,6 +109,19 @@ def test_memory_needs_of_the_presets_follow_their_scaled_sizes():
     elements = 3 * 8192 * 448 + 4 * 256 * 448 * 256 + 8192 * 8 * (448 + 4 * 128)
     assert small["moe_preset_scale"] == elements * (2 + 8)
     assert large.memory_needs()["moe_preset_scale"] > small["moe_preset_scale"]
+
+
+def test_memory_needs_of_the_fp8_decode_count_its_experts_at_the_scaled_sizes():
+    qwen = {**SMALL, "fp8_decode_presets": ("qwen3-30b-a3b",), "preset_scale": 0.0625}
+    needs = MoEBenchConfig(**qwen).memory_needs()
+    # Qwen3-30B-A3B at 1/16: D=128, F=48, H=2F (SwiGLU), E=128, K=8; T=16 of the fp64 check
+    weights, rows = 128 * 128 * (96 + 48), 16 * (3 * 128 + 8 * (96 + 48))
+    need = weights * DECODE_WEIGHT_BYTES + rows * 8
+    assert needs["moe_fp8_decode_presets"] == needs["moe_fp8_decode_tokens"] == need
+    none = MoEBenchConfig(**{**qwen, "fp8_decode_presets": ()}).memory_needs()
+    assert "moe_fp8_decode_tokens" not in none
+    larger = MoEBenchConfig(**{**qwen, "preset_scale": 0.25}).memory_needs()
+    assert larger["moe_fp8_decode_presets"] > need
 
 
 def test_capacity_mode_counts_the_padded_buffers_of_the_padded_strategy():

@@ -1,7 +1,8 @@
 """FP8 MoE decode: the C kernel (FP8 and bf16 experts) against the fp64 reference at odd shapes,
 routings and activations, in the build for this CPU, the AVX2 one and the generic one; NaN
 weights poison only the outputs that use them; any thread count gives the same bits; a kernel
-broken on purpose fails the bench's check; bad operands raise one line; the section's records."""
+broken on purpose fails the bench's check; bad operands raise one line; the section's records, and
+the moe suite's section of them (its parameters, none when moe_fp8_decode_presets is empty)."""
 
 import dataclasses
 import functools
@@ -11,8 +12,10 @@ import torch
 
 from kernel_lib import c_kernels
 from kernel_lib import records as rec
+from kernel_lib.__main__ import main
 from kernel_lib.fp8 import bench_weight_only, weight_only_c
 from kernel_lib.moe import fp8_decode
+from kernel_lib.moe.config import MoEBenchConfig
 from kernel_lib.moe.experts import ACTIVATIONS, FeedForwardExperts
 from kernel_lib.moe.fp8_decode import decode_check
 from kernel_lib.moe.fp8_experts import (
@@ -22,7 +25,9 @@ from kernel_lib.moe.fp8_experts import (
     decode_reference,
     fp8_experts,
 )  # fmt: skip
+from kernel_lib.moe.suite import SUITE
 from kernel_lib.platform import device_facts
+from kernel_lib.suite import Context
 from tests.moe.conftest import random_routing
 
 E = 10
@@ -261,3 +266,52 @@ def test_off_a_cpu_every_candidate_is_skipped(monkeypatch):
     assert len(records) == len(fp8_decode.NAMES) * 2 * 2
     assert all(r.status == "skipped" and "not cuda" in r.reason for r in records)
     assert not any(r.headline for r in records)
+
+
+def test_the_suites_section_runs_the_configs_presets_and_tokens_after_the_presets(monkeypatch):
+    """SUITE.run("fp8_decode") at moe_fp8_decode_presets x moe_fp8_decode_tokens, at
+    moe_preset_scale and moe_preset_zipf: one record per candidate each, their ids unique and the
+    same whether measured here or skipped (off a CPU)."""
+    monkeypatch.setattr(bench_weight_only, "last_level_cache_bytes", lambda device: 2**21)
+    names = list(SUITE.names)
+    assert names.index("fp8_decode") == names.index("presets") + 1
+    cfg = MoEBenchConfig(
+        fp8_decode_presets=["qwen3-30b-a3b"], fp8_decode_tokens=[3, 1], preset_scale=0.03125,
+        preset_zipf=0.5, min_time_s=0.01,
+    )  # fmt: skip
+    records = SUITE.run("fp8_decode", Context(cfg, device_facts()))
+    assert [(r.case, r.shape["T"]) for r in records[:: len(fp8_decode.NAMES)]] == [
+        ("fp8_decode_qwen3-30b-a3b", 3), ("fp8_decode_qwen3-30b-a3b", 1)
+    ]  # fmt: skip
+    assert all(r.status == "ok" and r.check["pass"] for r in records)
+    assert {(r.shape["size_factor"], r.shape["zipf"]) for r in records} == {(0.03125, 0.5)}
+    assert not any(r.headline for r in records)  # DeepSeek-V3's at T = 1
+    ids = [r.record_id for r in rec.stamp(records, run_id="t", platform="p")]  # unique
+    gpu = dataclasses.replace(device_facts(), backend="cuda", device="cuda:0")
+    skipped = SUITE.run("fp8_decode", Context(cfg, gpu))
+    assert [r.record_id for r in rec.stamp(skipped, run_id="u", platform="p")] == ids
+
+
+def test_no_fp8_decode_presets_is_no_section():
+    records = SUITE.run(
+        "fp8_decode", Context(MoEBenchConfig(fp8_decode_presets=[]), device_facts())
+    )
+    assert records == []
+
+
+@pytest.mark.parametrize("override, line", [
+    ("moe_fp8_decode_presets=[deepseek]", "moe_fp8_decode_presets='deepseek' must be one of"),
+    ("moe_fp8_decode_presets=deepseek-v3", "moe_fp8_decode_presets"),
+    ("moe_fp8_decode_tokens=[]", "moe_fp8_decode_tokens=[] must be a non-empty list"),
+    ("moe_fp8_decode_tokens=[1, 0]", "moe_fp8_decode_tokens=0 must be a finite number > 0"),
+    ("moe_fp8_decode_tokens=[1.5]", "'moe_fp8_decode_tokens' = [1.5] is not list[int]"),
+    ("moe_fp8_decode_tokens=4", "moe_fp8_decode_tokens"),
+])  # fmt: skip
+def test_a_bad_fp8_decode_parameter_exits_2_with_one_line_naming_it(
+    override, line, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    assert main(["run", "--platform", "cpu", "--out", str(out), "-p", override]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and line in err, err
+    assert not out.exists()

@@ -57,8 +57,8 @@ def test_the_committed_reports_moe_shapes_are_moe_shapes():
                 continue
             shape = r["shape"]
             ours = MoEShape(**{f: shape[LETTERS.get(f, f)] for f in FIELDS}).as_dict()
-            # a preset's own keys (size factor, Zipf, groups, ...) and expert parallelism's world
-            # size W follow MoEShape's
+            # a preset's own keys (size factor, Zipf, groups, ...: the presets' and the FP8
+            # decode's) and expert parallelism's world size W follow MoEShape's
             assert list(shape.items())[: len(ours)] == list(ours.items()), (path, r["record_id"])
-            extra = r["case"].startswith(("preset_", "expert_parallel"))
+            extra = r["case"].startswith(("preset_", "fp8_decode_", "expert_parallel"))
             assert extra or len(shape) == len(ours), r["record_id"]

@@ -64,7 +64,8 @@ def test_the_platform_files_budgets_are_read_and_checked(tmp_path):
 KEPT = {
     AttentionBenchConfig: ("patterns", "causal_dtypes", "upcast", "cold_compile", "gym_kernels",
                       "activations", "seq_len", "decode_kv_len"),
-    MoEBenchConfig: ("strategies", "compile", "backward", "presets", "tokens", "imbalance"),
+    MoEBenchConfig: ("strategies", "compile", "backward", "presets", "tokens", "imbalance",
+                     "fp8_decode_presets", "fp8_decode_tokens"),
 }  # fmt: skip
 
 
