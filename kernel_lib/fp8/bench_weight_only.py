@@ -12,7 +12,8 @@ thread's weight rows streamed one after another, and the
 `fp8.weight_only_linear` plug-ins (`fn(x, weight: Fp8Weight)`, checked as the variants). The
 variant used here is chosen by measurement per case (`variants.choose`); the headlines are that
 one against bf16 at the first decode row count of the projection, and the same records against
-the read ceiling (case `weight_only_vs_read`: the weight's bytes per second over the read's). Each timed call takes the next of
+the read ceiling (case `weight_only_vs_read`, one record per variant: the weight's bytes per second
+over the read's). Each timed call takes the next of
 `weight_copies` equal copies of the weights (twice the device's last-level cache in all: a GPU's
 L2, a CPU's largest cache), so that a weight comes from memory, as in decoding, not from a cache
 it would fit in (a 4096 x 4096 FP8 weight is 16 MiB); `metrics.weight_copies` says how many."""
@@ -255,7 +256,8 @@ def weight_only_speed(config: Fp8BenchConfig, facts: DeviceFacts) -> list[rec.Re
         )
         if shape == first and scaling == "channel":
             headline = choice
-            against_read = [_against_read(got, choice)]
+            # every variant's: the ids hold whichever one measurement chooses here
+            against_read = [_against_read(got, name) for name in VARIANTS]
         copy = next(r for r in got if r.implementation == "copy")
         records += [
             rec.with_peak(r, copy.gbps, basis=COPY_BASIS, rate="gbps")

@@ -345,15 +345,20 @@ def test_suite_records_skipped_sections_without_scaled_mm(records, monkeypatch):
     assert fp8["reason"].str.contains("unsupported|not installed").all()
 
 
+def _rerun_keeps_every_record(records):
+    """The suite run again (as patched): the same record ids as `records`, none failed or wrong."""
+    again = fp8_suite.run_suite(TINY)
+    ids = lambda rs: sorted(rec.record_id(r, "p") for r in rs)  # noqa: E731
+    assert ids(again) == ids(records)
+    frame = to_frame(again)
+    assert not frame["status"].isin(["failed", "wrong"]).any()
+    return frame
+
+
 def test_a_cpu_whose_onednn_refuses_scaled_mm_skips_every_fp8_gemm_and_keeps_the_rest(
     records, refused_scaled_mm
 ):
-    refused = fp8_suite.run_suite(TINY)
-    assert sorted(rec.record_id(r, "p") for r in refused) == sorted(
-        rec.record_id(r, "p") for r in records
-    )
-    frame = to_frame(refused)
-    assert not frame["status"].isin(["failed", "wrong"]).any()
+    frame = _rerun_keeps_every_record(records)
     gemms = frame[frame["reason"].fillna("").str.contains("primitive descriptor")]
     assert {"inference", "training", "block_gemm_check"} <= set(gemms["case"])
     assert (frame[frame["case"] == "quantize"]["status"] == "ok").any()
@@ -366,12 +371,7 @@ def test_calls_onednn_refuses_after_its_probe_passed_are_skipped_never_failed(
     records, the refused ones skipped naming the call, none failed."""
     monkeypatch.setattr(torch, "_scaled_mm", refuse_ragged(torch._scaled_mm))
     monkeypatch.setattr(linear, "cpu_scaled_mm_error", lambda: None)
-    run = fp8_suite.run_suite(TINY)
-    assert sorted(rec.record_id(r, "p") for r in run) == sorted(
-        rec.record_id(r, "p") for r in records
-    )
-    frame = to_frame(run)
-    assert not frame["status"].isin(["failed", "wrong"]).any()
+    frame = _rerun_keeps_every_record(records)
     refused = frame[frame["reason"].fillna("").str.contains("no FP8 matmul for")]
     assert "scaled_mm_check" in set(refused["case"])
 

@@ -246,6 +246,8 @@ def test_the_section_times_every_path_with_bytes_and_declares_the_decode_headlin
     assert (heads["shape.M"] == 1).all() and (heads["shape.scaling"] == "channel").all()
     read = heads.loc["fp8.weight_only_decode_vs_read"]
     assert read["case"] == "weight_only_vs_read" and read["baseline"] == "read"
+    vs_read = frame[frame["case"] == "weight_only_vs_read"]  # ids whatever is chosen here
+    assert sorted(vs_read["implementation"]) == sorted(bench_weight_only.VARIANTS)
     assert read["ratio_low"] <= read["ratio_vs_baseline"] <= read["ratio_high"]
     assert read["fraction_of_peak"] > 0 and read["bytes"] == read["metrics.weight_bytes"]
 
