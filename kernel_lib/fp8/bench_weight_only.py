@@ -57,10 +57,13 @@ from kernel_lib.profiling import pending
 from kernel_lib.variants import choose
 
 TOPIC = "fp8"
-VARIANTS = (
-    "compiled_dequant_linear", "c_dequant_linear", "c_w8a16_linear", "c_w8a16_prefetch_linear",
+C_PATHS = (  # weight_only_c's functions of these names
+    "c_dequant_linear",
+    "c_w8a16_linear",
+    "c_w8a16_prefetch_linear",
     "c_w8a16_streamed_linear",
-)  # fmt: skip
+)
+VARIANTS = ("compiled_dequant_linear", *C_PATHS)
 MAX_WEIGHT_COPIES = 64
 COPY_BASIS = "copy_ of the bf16 weight into a preallocated tensor, timed in alternation with it"
 READ_BASIS = "an int32 amax over the FP8 weight's bytes, timed in alternation with it"
@@ -77,7 +80,7 @@ def weight_copies(fp8_bytes: float, device: str = "cpu") -> int:
     return max(1, min(MAX_WEIGHT_COPIES, math.ceil(2 * cache / fp8_bytes)))
 
 
-def _rotating(call: Callable, items: list) -> Callable:
+def rotating(call: Callable, items: list) -> Callable:
     """`call(item)` on the next of `items` at each call (the weight copies, in turn)."""
     turn = itertools.cycle(items)
     return lambda: call(next(turn))
@@ -87,21 +90,13 @@ def _c_paths(facts: DeviceFacts, x: torch.Tensor, qws: list, w_bf16: torch.Tenso
     """The C kernels' timed calls, or why they cannot run on this device."""
     if facts.backend != "cpu":
         reason = f"a C kernel for CPUs, not {facts.backend}"
-        return dict.fromkeys(VARIANTS[1:], reason)
-    from kernel_lib.fp8.weight_only_c import (  # built lazily
-        c_dequant_linear,
-        c_w8a16_linear,
-        c_w8a16_prefetch_linear,
-        c_w8a16_streamed_linear,
-    )
+        return dict.fromkeys(C_PATHS, reason)
+    from kernel_lib.fp8 import weight_only_c  # built lazily
 
     workspace = torch.empty_like(w_bf16)  # preallocated, as a server keeps its workspace
-    return {
-        "c_dequant_linear": _rotating(lambda q: c_dequant_linear(x, q, workspace=workspace), qws),
-        "c_w8a16_linear": _rotating(lambda q: c_w8a16_linear(x, q), qws),
-        "c_w8a16_prefetch_linear": _rotating(lambda q: c_w8a16_prefetch_linear(x, q), qws),
-        "c_w8a16_streamed_linear": _rotating(lambda q: c_w8a16_streamed_linear(x, q), qws),
-    }
+    paths = {name: functools.partial(getattr(weight_only_c, name), x) for name in C_PATHS}
+    paths["c_dequant_linear"] = functools.partial(paths["c_dequant_linear"], workspace=workspace)
+    return {name: rotating(path, qws) for name, path in paths.items()}
 
 
 def _case(
@@ -133,7 +128,7 @@ def _case(
     candidates = [
         Candidate(
             "bf16_linear",
-            _rotating(lambda w: F.linear(x, w), w_bf16s),
+            rotating(lambda w: F.linear(x, w), w_bf16s),
             check=against(full, reference="fp64 of the bf16 inputs", tolerance=bf16_tol),
             flops=shape.flops,
             bytes=act + bf16_bytes,
@@ -141,7 +136,7 @@ def _case(
         ),
         Candidate(
             "copy",
-            _rotating(copy_dst.copy_, w_bf16s),
+            rotating(copy_dst.copy_, w_bf16s),
             check=exact(w_bf16, reference="the source"),
             bytes=2 * bf16_bytes,
             metrics=bf16,
@@ -154,7 +149,7 @@ def _case(
     candidates += [
         Candidate(
             "read",
-            _rotating(read, buffers),
+            rotating(read, buffers),
             check=exact(read(buffers[0]), reference="the first copy's int32 maximum"),
             bytes=float(buffers[0].nbytes),
             dtype=f"float8_{FORMAT}",
@@ -162,7 +157,7 @@ def _case(
         ),
         Candidate(
             "aten_int8pack_mm",
-            _rotating(lambda q: aten_int8_linear(x, q, s8), q8s),
+            rotating(lambda q: aten_int8_linear(x, q, s8), q8s),
             check=against(
                 lambda: int8_reference(x, q8, s8),
                 reference="fp64 of the int8 weight times its bf16 per-channel scales, and bf16 x",
@@ -178,10 +173,10 @@ def _case(
     label = f"fp64 of the {FORMAT} weight times its {scaling} scales, and bf16 x"
     check = against(lambda: weight_only_reference(x, qw), reference=label, tolerance=bf16_tol)
     paths = {
-        "dequant_linear": _rotating(lambda q: dequant_linear(x, q), qws),
+        "dequant_linear": rotating(lambda q: dequant_linear(x, q), qws),
         "compiled_dequant_linear": NOT_ON_XLA
         if facts.backend == "xla"
-        else _rotating(lambda q: compiled_dequant_linear(x, q), qws),
+        else rotating(lambda q: compiled_dequant_linear(x, q), qws),
         **_c_paths(facts, x, qws, w_bf16),
     }
     fp8_dtype = f"float8_{FORMAT}"
@@ -206,7 +201,7 @@ def _case(
     return case, candidates + [
         Candidate(
             p.name,
-            _rotating(functools.partial(p.fn, x), qws),
+            rotating(functools.partial(p.fn, x), qws),
             metrics=fp8,
             plugin=p.source,
             **timed,

@@ -165,25 +165,34 @@ def weight_only_speed(ctx: Context[Fp8BenchConfig]) -> list[rec.Record]:
     return bench_weight_only.weight_only_speed(ctx.config, ctx.facts)
 
 
-def inference(ctx: Context[Fp8BenchConfig]) -> Inference:
-    config, facts = ctx.config, ctx.facts
+def _with_fp8_linears(facts: DeviceFacts, run: Callable):
+    """(run(), None) where FP8 linears run on the device, else (None, the reason): the probe's,
+    or that of a call oneDNN refused on the way (`Unsupported`)."""
     try:
         if reason := scaled_mm_unsupported(facts.device):
             raise Unsupported(reason)
-        comparison = bench.inference_comparison(config, device=facts.device)
+        return run(), None
     except Unsupported as why:
-        return Inference(None, bench.skipped_section(config, facts, "inference", str(why)))
+        return None, str(why)
+
+
+def inference(ctx: Context[Fp8BenchConfig]) -> Inference:
+    config, facts = ctx.config, ctx.facts
+    comparison, reason = _with_fp8_linears(
+        facts, lambda: bench.inference_comparison(config, device=facts.device)
+    )
+    if reason:
+        return Inference(None, bench.skipped_section(config, facts, "inference", reason))
     return Inference(comparison, bench.inference_records(comparison, facts, config))
 
 
 def training(ctx: Context[Fp8BenchConfig]) -> Training:
     config, facts = ctx.config, ctx.facts
-    try:
-        if reason := scaled_mm_unsupported(facts.device):
-            raise Unsupported(reason)
-        losses = bench.training_losses(config, device=facts.device, progress=ctx.progress)
-    except Unsupported as why:
-        return Training(None, None, bench.skipped_section(config, facts, "training", str(why)))
+    losses, reason = _with_fp8_linears(
+        facts, lambda: bench.training_losses(config, device=facts.device, progress=ctx.progress)
+    )
+    if reason:
+        return Training(None, None, bench.skipped_section(config, facts, "training", reason))
     table = loss_checks(losses)
     return Training(losses, table, bench.training_records(table, facts, config))
 

@@ -262,8 +262,8 @@ static inline void load64(const uint16_t *p, int64_t n, __m512i *w) {
  * in registers (SRC_FP8), bf16 (SRC_BF16; both rows of k) or wbuf's converted tile (SRC_BUF, row
  * stride kp); with block scales (blocked) each 128-K block's sums are scaled before they are
  * added. Into sums[i * nb + r], or (lanes) their 16 fp32 lanes times mult[i] added to dst[i] +
- * 16 r. pf: bytes ahead to prefetch each FP8 line (0: none). mr, nb, src, blocked and lanes are constants where inlined (mr * nb <= 16, <= 8 blocked:
- * the registers hold it). */
+ * 16 r. pf: bytes ahead to prefetch each FP8 line (0: none). mr, nb, src, blocked and lanes
+ * are constants where inlined (mr * nb <= 16, <= 8 blocked: the registers hold it). */
 static inline __attribute__((always_inline)) void tile_rows(
     const uint16_t *xp, int64_t kp, int64_t i0, int mr, int nb, int src, int blocked, int lanes,
     const void *w, int64_t k, int64_t n0, int64_t nr, int64_t pf, const uint16_t *wbuf,
@@ -403,19 +403,19 @@ static inline __attribute__((always_inline)) void stream_rows(
 static void stream_pass(int mr, int blocked, const uint16_t *xp, int64_t kp, int64_t i0,
                          const uint8_t *w, int64_t k, int64_t n0, int64_t nr, int64_t pf,
                          const tables *t, const float *block_scale, int64_t kb, float *sums) {
-#define TURN(MR, BLOCKED) \
+#define STREAM(MR, BLOCKED) \
   stream_rows(xp, kp, i0, MR, BLOCKED, w, k, n0, nr, pf, t, block_scale, kb, sums)
   switch (blocked * 8 + mr) {
-    case 1: TURN(1, 0); break;
-    case 2: TURN(2, 0); break;
-    case 3: TURN(3, 0); break;
-    case 4: TURN(4, 0); break;
-    case 9: TURN(1, 1); break;
-    case 10: TURN(2, 1); break;
-    case 11: TURN(3, 1); break;
-    case 12: TURN(4, 1); break;
+    case 1: STREAM(1, 0); break;
+    case 2: STREAM(2, 0); break;
+    case 3: STREAM(3, 0); break;
+    case 4: STREAM(4, 0); break;
+    case 9: STREAM(1, 1); break;
+    case 10: STREAM(2, 1); break;
+    case 11: STREAM(3, 1); break;
+    case 12: STREAM(4, 1); break;
   }
-#undef TURN
+#undef STREAM
 }
 
 /* wbuf (nb rows, stride kp) = e4m3fn weight rows n0 .. n0 + nr (rows of k; the rest zeros) as

@@ -95,20 +95,21 @@ def c_w8a16_linear(
     """x (M, K) bf16 @ (W (N, K) e4m3fn * scale_inv)^T -> (M, N) bf16, fp32 accumulation, one
     rounding to bf16, on torch's thread count; `prefetch` > 0: each weight line prefetched that
     many bytes ahead of its read (0: none); `streamed`: each thread reads its weight rows one
-    after another, not NB of them side by side (the bf16-dot-product build only). Raises ValueError/TypeError on a bad operand,
-    MemoryError where the kernel's buffers do not fit, Unsupported where it cannot be built."""
+    after another, not NB of them side by side (the bf16-dot-product build only). Raises
+    ValueError/TypeError on a bad operand, MemoryError where the kernel's buffers do not fit,
+    Unsupported where it cannot be built (or streamed where the build lacks it)."""
     channel, block = _checked(x, w)
+    if not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (bytes ahead)")
     lib = _library()
-    if streamed and isa() != "avx512_vbmi_bf16":
-        raise Unsupported(f"streamed rows are built with AVX512-VBMI and -BF16 only, not {isa()}")
+    if streamed and (build := isa()) != "avx512_vbmi_bf16":
+        raise Unsupported(f"streamed rows are built with AVX512-VBMI and -BF16 only, not {build}")
     (m, k), n = x.shape, w.data.shape[0]
     if x.numel() == 0 or n == 0:  # no row, column or product to read: the empty sum
         return torch.zeros(m, n, dtype=torch.bfloat16)
     x = x.contiguous()
     out = torch.empty(m, n, dtype=torch.bfloat16)
     threads = torch.get_num_threads()
-    if not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (bytes ahead)")
     failed = lib.w8a16_linear(
         x.data_ptr(), m, k, w.data.data_ptr(), n, channel, block, out.data_ptr(), threads,
         prefetch, streamed,

@@ -24,7 +24,7 @@ from torch import Tensor
 from kernel_lib import records as rec
 from kernel_lib.checks import against, exact
 from kernel_lib.fp8.bench_blocks import declare
-from kernel_lib.fp8.bench_weight_only import _rotating, weight_copies
+from kernel_lib.fp8.bench_weight_only import rotating, weight_copies
 from kernel_lib.fp8.weight_only import FORMAT, Fp8Weight, dequantize_weight
 from kernel_lib.fp8.weight_only_peers import read, read_buffer
 from kernel_lib.measure import Candidate, Case, check_then_time
@@ -118,21 +118,21 @@ def _candidates(x: Tensor, routing: Routing, sets: dict, model: MoEPreset) -> li
     decode = lambda experts: c_moe_decode(x, routing, experts)  # noqa: E731
     return [
         Candidate(
-            BASELINE, _rotating(decode, bf16), check=check, flops=flops,
+            BASELINE, rotating(decode, bf16), check=check, flops=flops,
             bytes=act + bf16_bytes, metrics=base | {"expert_bytes": bf16_bytes},
         ),
         Candidate(
-            "c_decode_fp8", _rotating(decode, fp8), check=check, flops=flops,
+            "c_decode_fp8", rotating(decode, fp8), check=check, flops=flops,
             bytes=act + fp8_bytes, dtype=FP8_DTYPE, metrics=base | {"expert_bytes": fp8_bytes},
         ),
         Candidate(
             "dequant_then_decode",
-            _rotating(lambda q: dequant_then_decode(x, routing, q, workspace), fp8),
+            rotating(lambda q: dequant_then_decode(x, routing, q, workspace), fp8),
             check=check, flops=flops, bytes=act + fp8_bytes, dtype=FP8_DTYPE,
             metrics=base | {"expert_bytes": fp8_bytes},
         ),
         Candidate(
-            "read", _rotating(read, buffers),
+            "read", rotating(read, buffers),
             check=exact(read(buffers[0]), reference="the first copy's int32 maximum"),
             bytes=float(buffers[0].nbytes), dtype=FP8_DTYPE,
             metrics=base | {"expert_bytes": float(buffers[0].nbytes)},

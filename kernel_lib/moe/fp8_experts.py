@@ -32,7 +32,7 @@ from kernel_lib.moe.experts import (
     activate,
     in_width,
 )
-from kernel_lib.moe.fused_c import ACTIVATIONS, FLOATS, counts_error, range_error
+from kernel_lib.moe.fused_c import ACTIVATIONS, counts_error, range_error, routing_tensors
 from kernel_lib.moe.routing import Routing
 
 WEIGHT_DTYPES = (torch.float8_e4m3fn, torch.bfloat16)
@@ -163,12 +163,7 @@ def _checked_routing(routing: Routing, tokens: int, experts: int) -> tuple[Tenso
             f"routing is for T={routing.num_tokens}, E={routing.num_experts}; x and experts "
             f"have T={tokens}, E={experts}"
         )
-    loose, i64 = {"contiguous": False}, (torch.int64,)  # copied to contiguous ones below
-    tokens = check_tensor("routing.token_idx", routing.token_idx, i64, ("A",), **loose)
-    a = tokens.shape[0]
-    ids = check_tensor("routing.expert_idx", routing.expert_idx, i64, (a,), **loose)
-    weight = check_tensor("routing.weight", routing.weight, FLOATS, (a,), **loose)
-    counts = check_tensor("routing.counts", routing.counts, i64, (experts,), **loose)
+    tokens, ids, weight, counts = routing_tensors(routing, experts)
     return tokens.contiguous(), ids.contiguous(), weight.float().contiguous(), counts.contiguous()
 
 

@@ -117,20 +117,26 @@ def _check_operands(x: Tensor, routing: Routing, experts: FeedForwardExperts) ->
     h = in_width(f, experts.activation)
     check_tensor("experts.w_in", experts.w_in, torch.bfloat16, (e, d, h))  # pack() views them
     check_tensor("experts.w_out", experts.w_out, torch.bfloat16, (e, f, d))
-    tokens = check_tensor(
-        "routing.token_idx", routing.token_idx, torch.int64, ("A",), contiguous=False
-    )
+    tokens, ids, _, counts = routing_tensors(routing, e)
     a = tokens.shape[0]
-    ids = check_tensor(
-        "routing.expert_idx", routing.expert_idx, torch.int64, (a,), contiguous=False
-    )
-    check_tensor("routing.weight", routing.weight, FLOATS, (a,), contiguous=False)
-    counts = check_tensor("routing.counts", routing.counts, torch.int64, (e,), contiguous=False)
     for name, index, size in (("token_idx", tokens, x.shape[0]), ("expert_idx", ids, e)):
         if a and not 0 <= index.min() <= index.max() < size:
             raise range_error(name, index, size)
     if not torch.equal(counts, torch.bincount(ids, minlength=e)):
         raise counts_error(routing)
+
+
+def routing_tensors(routing: Routing, experts: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """routing's token_idx and expert_idx (int64, (A,)), weight (FLOATS, (A,)) and counts
+    (int64, (experts,)), strided or not, once those are their dtypes and shapes: what a C kernel
+    reading them (after a contiguous copy) may index; one ValueError or TypeError naming it."""
+    loose = {"contiguous": False}
+    tokens = check_tensor("routing.token_idx", routing.token_idx, torch.int64, ("A",), **loose)
+    a = tokens.shape[0]
+    ids = check_tensor("routing.expert_idx", routing.expert_idx, torch.int64, (a,), **loose)
+    weight = check_tensor("routing.weight", routing.weight, FLOATS, (a,), **loose)
+    counts = check_tensor("routing.counts", routing.counts, torch.int64, (experts,), **loose)
+    return tokens, ids, weight, counts
 
 
 def range_error(name: str, index: Tensor, size: int) -> ValueError:

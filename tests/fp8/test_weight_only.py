@@ -316,7 +316,7 @@ def test_the_timed_weights_add_up_to_twice_the_cache(monkeypatch, cache, fp8_byt
 
 def test_each_timed_call_reads_the_next_copy():
     seen = []
-    call = bench_weight_only._rotating(seen.append, ["a", "b", "c"])
+    call = bench_weight_only.rotating(seen.append, ["a", "b", "c"])
     for _ in range(4):
         call()
     assert seen == ["a", "b", "c", "a"]
