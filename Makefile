@@ -25,20 +25,29 @@ ifeq ($(origin TORCH_CPU_WHEELS),undefined)
 TORCH_CPU_WHEELS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null),https://download.pytorch.org/whl/cpu/torch/)
 endif
 export TORCH_CPU_WHEELS
-LOCKED = --disable-pip-version-check -q --require-hashes --no-deps $(if $(filter cpu,$(1)),--find-links $(TORCH_CPU_WHEELS)) -r locks/$(1).txt
+LOCKED = --require-hashes --no-deps $(if $(filter cpu,$(1)),--find-links $(TORCH_CPU_WHEELS)) -r locks/$(1).txt
+PIP_QUIET := --disable-pip-version-check -q
+# uv reads no pip configuration: pip's index, where one is set, is uv's too.
+PIP_INDEX = $(or $(PIP_INDEX_URL),$(shell $(PYTHON) -m pip config get global.index-url 2>/dev/null))
 # A venv ($(1)) made exactly its lock ($(2)): its pins, each checked against its hashes, nothing
 # resolved; what the lock does not hold uninstalled; the lock copied in (run.json and each
-# record name it: kernel_lib.locks). $(3): more pip options.
+# record name it: kernel_lib.locks). A lock that pins uv: pip installs uv from its own lines
+# (hashed), then uv the rest (~4 s where pip takes ~40: downloads and unpacking side by side);
+# else pip, with $(3): more pip options.
 define INSTALL_LOCK
-$(1)/bin/python -m pip install $(3) $(call LOCKED,$(2))
+if grep -q '^uv==' locks/$(2).txt; then \
+  $(1)/bin/python -m pip install $(PIP_QUIET) --no-compile --require-hashes --no-deps \
+    -r <(awk '/^uv==/ {p = 1} p {print} p && !/\\$$/ {exit}' locks/$(2).txt) && \
+  $(1)/bin/uv pip install -q --python $(1)/bin/python $(if $(PIP_INDEX),--index-url $(PIP_INDEX)) $(call LOCKED,$(2)); \
+else $(1)/bin/python -m pip install $(PIP_QUIET) $(3) $(call LOCKED,$(2)); fi
 $(1)/bin/python -m kernel_lib.locks --extras locks/$(2).txt | xargs -r $(1)/bin/python -m pip uninstall -q -y
 rm -rf $(1)/kernel-workbook-lock && mkdir $(1)/kernel-workbook-lock && cp locks/$(2).txt $(1)/kernel-workbook-lock/
 endef
 
 # Re-runs only when the lock changes. The .pth file puts this checkout's kernel_lib on the venv's
-# path for interactive use; `kernel_lib run` and `make lab` put their own checkout first. pip
-# writes bytecode one file at a time; compileall on every core, leaving out the packages' own
-# test suites (a file it cannot compile is left to import, as pip leaves it).
+# path for interactive use; `kernel_lib run` and `make lab` put their own checkout first. The
+# bytecode: compileall on every core, leaving out the packages' own test suites (a file it cannot
+# compile is left to import, as pip leaves it).
 $(STAMP): locks/$(LOCK).txt | $(PY)
 	$(call INSTALL_LOCK,$(VENV),$(LOCK),--no-compile)
 	$(PY) -m compileall -qq -j 0 -x '/site-packages/.+/tests/' "$$($(PURELIB))" || true
@@ -184,7 +193,7 @@ $(CLOUD_PY):
 $(CLOUD_STAMP): locks/cloud.txt $(STAMP) | $(CLOUD_PY)
 	echo "import site; site.addsitedir('$$($(PY) -c '$(SITE_PACKAGES)')')" \
 	  > "$$($(CLOUD_PY) -c '$(SITE_PACKAGES)')/kernel_workbook_venv.pth"
-	$(CLOUD_PY) -m pip install $(call LOCKED,cloud)
+	$(CLOUD_PY) -m pip install $(PIP_QUIET) $(call LOCKED,cloud)
 	touch $@
 
 cloud-setup: $(CLOUD_STAMP)
