@@ -29,11 +29,11 @@ from kernel_lib.moe.strategies import STRATEGIES
 LAYER_TYPES = tuple(t.value for t in LayerType)
 SWEEPS = ("tokens", "experts", "top_k", "imbalance")
 # Peak bytes per routed-expert weight of the FP8 decode section (fp8_decode.py): the case's
-# experts made in fp32 (4) then bf16 (2), their FP8 copy (1) and its bf16 model (2, stacked from
-# per-expert tensors: 2 more at once), the comparator's bf16 workspace (2). Measured: 12.7 (560 MB
-# over the imports' resident set at DeepSeek-V3 1/16, 44 M weights, with one more FP8 and bf16
-# copy each for the 32 MiB cache); the copies (twice the last-level cache) are small at any size
-# that could not fit.
+# experts made in fp32 (4) then bf16 (2), the FP8 copy of those a step chose (1, at most all)
+# and its bf16 model (2, stacked from per-expert tensors: 2 more at once), the comparator's bf16
+# workspace (2). Measured: 12.7 (560 MB over the imports' resident set at DeepSeek-V3 1/16, 44 M
+# weights, when every expert was copied); the copies (twice the last-level cache in FP8, with
+# their bf16 models) are small at any size that could not fit.
 DECODE_WEIGHT_BYTES = 13
 
 

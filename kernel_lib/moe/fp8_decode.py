@@ -7,12 +7,14 @@ dequantised to bf16, the same model), `c_decode_fp8` (the C kernel on the FP8 ex
 converting them in registers), `dequant_then_decode` (the plain comparator: the chosen experts
 dequantised to bf16 with torch ops, then the bf16 kernel) and `read` (the read ceiling: an int32
 amax over a buffer of exactly the chosen experts' FP8 bytes and scales). Each is checked against
-one fp64 loop over the experts on the exact FP8 weights; each timed call takes the next of
-`weight_copies` copies of the expert set (twice the last-level cache in all), as
-bench_weight_only does. metrics: expert_bytes (the chosen experts' bytes as the candidate reads
-them: FP8 and scales, or bf16), experts_touched, weight_copies, fraction_of_read (its expert
-bytes per second over the read's, from medians). The headline: c_decode_fp8 vs c_decode_bf16 on
-deepseek-v3 at T = 1."""
+one fp64 loop over the experts on the exact FP8 weights. A step reads only its chosen experts, so
+the timed calls hold those alone (`touched`: the same bits as on all E), and each call takes the
+next of `weight_copies` copies of them (twice the last-level cache in all): every call reads its
+experts from memory, as a decode step does, where the whole expert set's copies would leave a
+small step's experts in the cache. metrics: expert_bytes (the chosen experts' bytes as the
+candidate reads them: FP8 and scales, or bf16), experts_touched, weight_copies,
+fraction_of_read (its expert bytes per second over the read's, from medians). The headline:
+c_decode_fp8 vs c_decode_bf16 on deepseek-v3 at T = 1."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from kernel_lib.measure import Candidate, Case, check_then_time
 from kernel_lib.moe.bench import TOPIC, WARMUP
 from kernel_lib.moe.bench_presets import preset_case, preset_metrics, preset_record_shape
 from kernel_lib.moe.config import MoEBenchConfig
+from kernel_lib.moe.experts import FeedForwardExperts
 from kernel_lib.moe.fp8_experts import (
     DecodeExperts,
     bf16_experts,
@@ -69,6 +72,23 @@ def chosen_experts(routing: Routing) -> Tensor:
     return routing.counts.nonzero().flatten()
 
 
+def touched(experts: FeedForwardExperts, routing: Routing) -> tuple[DecodeExperts, Routing]:
+    """The chosen experts alone as FP8 (`fp8_experts`, ascending) and `routing` renumbered to
+    them: what one decode step reads. moe_decode visits only the chosen experts, in that order,
+    so its output on them is the same bits as on all E (tests/moe/test_fp8_decode.py)."""
+    chosen = chosen_experts(routing)
+    renumber = torch.full((routing.num_experts,), -1, dtype=torch.int64)
+    renumber[chosen] = torch.arange(chosen.numel())
+    step = routing._replace(
+        expert_idx=renumber[routing.expert_idx],
+        counts=routing.counts[chosen],
+        dropped=routing.dropped[chosen],
+        num_experts=chosen.numel(),
+        logits=None if routing.logits is None else routing.logits[:, chosen],
+    )
+    return fp8_experts(experts, chosen), step
+
+
 def dequant_then_decode(
     x: Tensor, routing: Routing, experts: DecodeExperts, workspace: DecodeExperts
 ) -> Tensor:
@@ -91,8 +111,8 @@ def read_ceiling_buffer(experts: DecodeExperts, chosen: Tensor) -> Tensor:
 
 
 def expert_sets(experts: DecodeExperts, facts: DeviceFacts) -> dict[str, list[DecodeExperts]]:
-    """`experts` (FP8) and its bf16 model (`bf16_experts`), each with equal copies in other memory:
-    `weight_copies` of the FP8 expert set's bytes, as lists under "fp8" and "bf16"."""
+    """`experts` (FP8: a step's, `touched`) and its bf16 model (`bf16_experts`), each with equal
+    copies in other memory: `weight_copies` of their FP8 bytes, as lists under "fp8" and "bf16"."""
     copies = weight_copies(experts.expert_bytes(torch.arange(experts.num_experts)), facts.device)
 
     def copied(first: DecodeExperts) -> list[DecodeExperts]:
@@ -183,7 +203,7 @@ def fp8_decode_records(
     bench_presets.preset_case (Zipf exponent `zipf`). Off a CPU every candidate is skipped."""
     out = []
     for name in presets:
-        model, sets = preset(name).scaled(scale), None
+        model = preset(name).scaled(scale)
         for t in tokens:
             cfg = MoEBenchConfig(preset_tokens=t, preset_scale=scale, preset_zipf=zipf)
             shape = preset_record_shape(cfg, model)
@@ -192,11 +212,10 @@ def fp8_decode_records(
                 out += _skipped(what, f"a C kernel for CPUs, not {facts.backend}", facts)
                 continue
             case = preset_case(cfg, facts, model)
-            if sets is None:  # the preset's experts: make_case seeds them whatever T
-                sets = expert_sets(fp8_experts(case.feedforward), facts)
+            experts, routing = touched(case.feedforward, case.routing)
             records = check_then_time(
                 what,
-                _candidates(case.x, case.routing, sets, model),
+                _candidates(case.x, routing, expert_sets(experts, facts), model),
                 facts=facts,
                 baseline=BASELINE,
                 min_time_s=min_time_s,

@@ -86,11 +86,13 @@ class DecodeExperts(NamedTuple):
         return activate(h, self.activation) @ self.w_out[e].double().t()
 
 
-def fp8_experts(experts: FeedForwardExperts) -> DecodeExperts:
-    """`experts` quantised per expert and weight to e4m3fn with 128 x 128 block scales
-    (`quantize_weight(w, "block")` of w_in[e].T and w_out[e].T), as DeepSeek-V3 stores them."""
-    w_in = [quantize_weight(w.t(), "block") for w in experts.w_in.detach()]
-    w_out = [quantize_weight(w.t(), "block") for w in experts.w_out.detach()]
+def fp8_experts(experts: FeedForwardExperts, only: Tensor | None = None) -> DecodeExperts:
+    """`experts` (those of indices `only`, in its order, where given) quantised per expert and
+    weight to e4m3fn with 128 x 128 block scales (`quantize_weight(w, "block")` of w_in[e].T and
+    w_out[e].T), as DeepSeek-V3 stores them."""
+    picked = lambda w: w.detach() if only is None else w.detach()[only]  # noqa: E731
+    w_in = [quantize_weight(w.t(), "block") for w in picked(experts.w_in)]
+    w_out = [quantize_weight(w.t(), "block") for w in picked(experts.w_out)]
     return DecodeExperts(
         torch.stack([w.data for w in w_in]),
         torch.stack([w.data for w in w_out]),

@@ -1,5 +1,6 @@
 """FP8 MoE decode: the C kernel (FP8 and bf16 experts) against the fp64 reference at odd shapes,
-routings and activations, in the build for this CPU, the AVX2 one and the generic one; NaN
+routings and activations, in the build for this CPU, the AVX2 one and the generic one; a step's
+chosen experts alone give the same bits as all of them; NaN
 weights poison only the outputs that use them; any thread count gives the same bits; a kernel
 broken on purpose fails the bench's check; bad operands raise one line; the section's records, and
 the moe suite's section of them (its parameters, none when moe_fp8_decode_presets is empty)."""
@@ -236,6 +237,21 @@ def test_the_timed_expert_sets_add_up_to_twice_the_cache(monkeypatch):
     assert len(sets["fp8"]) == len(sets["bf16"]) == -(-(2**21) // whole) > 1
     assert all(s.w_in.data_ptr() != q.w_in.data_ptr() for s in sets["fp8"][1:])
     assert all(torch.equal(s.s_out, q.s_out) for s in sets["fp8"])
+
+
+@pytest.mark.parametrize("routing", ["T3-top8", "T16-skewed"])
+def test_a_steps_chosen_experts_alone_give_the_same_bits_as_all_of_them(routing):
+    torch.manual_seed(3)
+    ff = FeedForwardExperts(E, 40, 136, activation="swiglu").requires_grad_(False)
+    r, x = _routing(routing), _x(_routing(routing).num_tokens, 40)
+    experts, step = fp8_decode.touched(ff, r)
+    chosen = fp8_decode.chosen_experts(r)
+    assert experts.num_experts == step.num_experts == chosen.numel() < E
+    assert torch.equal(step.counts, r.counts[chosen]) and (step.counts > 0).all()
+    assert torch.equal(chosen[step.expert_idx], r.expert_idx)
+    assert torch.equal(experts.w_in, fp8_experts(ff).w_in[chosen])
+    with torch.no_grad():
+        assert torch.equal(c_moe_decode(x, step, experts), c_moe_decode(x, r, fp8_experts(ff)))
 
 
 def test_the_read_ceiling_reads_exactly_the_chosen_experts_bytes():
