@@ -81,6 +81,12 @@ class MoEBenchConfig:
         "always among them) and in capacity mode; a non-empty list of "
         f"{_any_of(STRATEGIES)}",
     )
+    edge_strategies: tuple = param(
+        STRATEGIES,
+        "of moe_strategies, those also checked on the edge cases (no tokens, every token to one "
+        "expert, capacity drops, odd widths; each strategy is checked at every timed shape "
+        f"whatever this names); a non-empty list of {_any_of(STRATEGIES)}",
+    )
     backward: bool = param(True, "also time forward + backward (weight gradients); True or False")
     layer_types: tuple = param(
         LAYER_TYPES,
@@ -225,6 +231,7 @@ class MoEBenchConfig:
         for name, choices in (
             ("strategies", STRATEGIES),
             ("side_strategies", STRATEGIES),
+            ("edge_strategies", STRATEGIES),
             ("sweep_strategies", STRATEGIES),
             ("layer_types", LAYER_TYPES),
             ("presets", tuple(PRESETS)),
@@ -350,6 +357,12 @@ class MoEBenchConfig:
         """The strategies of the side compares (seed-style, capacity): moe_strategies, in their
         order, that moe_side_strategies names."""
         return tuple(s for s in self.strategies if s in self.side_strategies)
+
+    @property
+    def edge(self) -> tuple:
+        """The strategies of the edge check: moe_strategies, in their order, that
+        moe_edge_strategies names."""
+        return tuple(s for s in self.strategies if s in self.edge_strategies)
 
     @property
     def shapes(self) -> list[MoEShape]:

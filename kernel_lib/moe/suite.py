@@ -55,10 +55,10 @@ def strategy_check(ctx: Context[MoEBenchConfig]) -> Table:
 
 
 def edge_check(ctx: Context[MoEBenchConfig]) -> Table:
-    """Every strategy on each of edge_cases, one block of rows each."""
+    """Each strategy of moe_edge_strategies on each of edge_cases, one block of rows each."""
     tables, records = {}, []
     for name, case in edge_cases(ctx.config.dtype, device=ctx.facts.device).items():
-        tables[name] = check_table(case, ctx.config.strategies)
+        tables[name] = check_table(case, ctx.config.edge)
         records += _strategy_records(tables[name], case, "edge_check", ctx.facts)
     return Table(pd.concat(tables), records)
 
@@ -122,7 +122,7 @@ def sweeps(ctx: Context[MoEBenchConfig]) -> Sweeps:
 
 SUITE = Suite(TOPIC, (
     Section("strategy_check", strategy_check, "every strategy vs the fp64 loop: checks"),
-    Section("edge_check", edge_check, "every strategy on the edge cases: checks"),
+    Section("edge_check", edge_check, "moe_edge_strategies on the edge cases: checks"),
     Section("throughput", throughput, "forward: dense pair, every strategy, the chosen one"),
     Section("seed", seed, "the seed-style baseline, same dtype and its configuration"),
     Section("throughput_backward", throughput_backward, "forward + backward, weight grads"),

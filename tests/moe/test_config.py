@@ -2,8 +2,10 @@ import dataclasses
 
 import pytest
 
+from kernel_lib.moe import suite
 from kernel_lib.moe.config import DECODE_WEIGHT_BYTES, MoEBenchConfig
 from kernel_lib.moe.shapes import MoEShape
+from kernel_lib.suite import Context
 
 
 def test_defaults_are_valid_and_frozen():
@@ -40,6 +42,7 @@ def test_from_params_reads_moe_prefixed_names_and_makes_lists_tuples():
     ("balance_preset", "mixtral"), ("balance_steps", 0), ("balance_gamma", 0.0),
     ("strategies", []), ("sweep_strategies", []), ("layer_types", []), ("presets", []),
     ("side_strategies", ["magic"]), ("side_strategies", []), ("fp8_decode_presets", ["DeepSeek"]),
+    ("edge_strategies", ["magic"]), ("edge_strategies", []),
     ("fp8_decode_presets", "deepseek-v3"), ("fp8_decode_tokens", []), ("fp8_decode_tokens", [0]),
     ("fp8_decode_tokens", [2.0]), ("fp8_decode_tokens", 4),
 ])  # fmt: skip
@@ -72,6 +75,21 @@ def test_the_side_compares_time_moe_strategies_that_side_strategies_names():
     )
     assert cfg.side == ("padded", "fused_c")  # moe_strategies' order; triton is not timed at all
     assert MoEBenchConfig().side == MoEBenchConfig().strategies  # the full sweep: all of them
+
+
+def test_the_edge_check_runs_moe_strategies_that_edge_strategies_names(monkeypatch, cpu_facts):
+    cfg = MoEBenchConfig(strategies=["padded", "loop"], edge_strategies=["loop", "triton"])
+    assert cfg.edge == ("loop",) and MoEBenchConfig().edge == MoEBenchConfig().strategies
+    checked = []
+    real = suite.check_table
+    monkeypatch.setattr(
+        suite,
+        "check_table",
+        lambda case, strategies: checked.append(strategies) or real(case, strategies),
+    )
+    records = suite.edge_check(Context(cfg, cpu_facts)).records
+    assert checked and all(s == ("loop",) for s in checked)
+    assert {r.implementation for r in records} == {"dispatch_loop"}
 
 
 SMALL = dict(tokens=(1024,), hidden=(64,), ffn=(256,), experts=4, top_k=2, sweep_tokens=(8,),
