@@ -262,7 +262,7 @@ static inline void load64(const uint16_t *p, int64_t n, __m512i *w) {
  * in registers (SRC_FP8), bf16 (SRC_BF16; both rows of k) or wbuf's converted tile (SRC_BUF, row
  * stride kp); with block scales (blocked) each 128-K block's sums are scaled before they are
  * added. Into sums[i * nb + r], or (lanes) their 16 fp32 lanes times mult[i] added to dst[i] +
- * 16 r. pf: bytes ahead to prefetch each FP8 line (0: none). mr, nb, src, blocked and lanes
+ * 16 r. pf: bytes ahead to prefetch each FP8 or bf16 line (0: none). mr, nb, src, blocked and lanes
  * are constants where inlined (mr * nb <= 16, <= 8 blocked: the registers hold it). */
 static inline __attribute__((always_inline)) void tile_rows(
     const uint16_t *xp, int64_t kp, int64_t i0, int mr, int nb, int src, int blocked, int lanes,
@@ -293,7 +293,10 @@ static inline __attribute__((always_inline)) void tile_rows(
           if (pf) __builtin_prefetch(p + pf);
           convert64(p, k - c, t, wv);
         } else {
-          load64((const uint16_t *)w + (n0 + r) * k + c, k - c, wv);
+          const uint16_t *p = (const uint16_t *)w + (n0 + r) * k + c;
+          if (pf) /* a chunk of bf16: two lines */
+            __builtin_prefetch((const char *)p + pf), __builtin_prefetch((const char *)p + pf + 64);
+          load64(p, k - c, wv);
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; ++i) {
@@ -611,12 +614,12 @@ static void scratch_free(scratch *s) { free(s->wbuf); }
 /* tile_rows of moe_decode: TILE rows; mr (1 for FP8, its block scales take the registers), src
  * and lanes as constants (a copy each) */
 static void moe_pass(int mr, int src, int lanes, const uint16_t *xp, int64_t kp, int64_t i0,
-                     const void *w, int64_t k, int64_t n0, int64_t nr, const uint16_t *wbuf,
-                     const tables *t, const float *block_scale, int64_t n, float *sums,
-                     float *const *dst, const float *mult) {
+                     const void *w, int64_t k, int64_t n0, int64_t nr, int64_t pf,
+                     const uint16_t *wbuf, const tables *t, const float *block_scale, int64_t n,
+                     float *sums, float *const *dst, const float *mult) {
   const int64_t kb = (k + BLOCK - 1) / BLOCK;
 #define MOE(MR, SRC, BLOCKED, LANES)                                                   \
-  tile_rows(xp, kp, i0, MR, TILE, SRC, BLOCKED, LANES, w, k, n0, nr, 0, wbuf, t, block_scale, \
+  tile_rows(xp, kp, i0, MR, TILE, SRC, BLOCKED, LANES, w, k, n0, nr, pf, wbuf, t, block_scale, \
             kb, n, sums, dst, mult)
   switch (lanes * 16 + src * 4 + mr) {
     case SRC_FP8 * 4 + 1: MOE(1, SRC_FP8, 1, 0); break;
@@ -635,13 +638,13 @@ static void moe_pass(int mr, int src, int lanes, const uint16_t *xp, int64_t kp,
  * (from nr on: 0; with its block scales where fp8): into sums[i * TILE + r], or (dst) their
  * lanes times mult[i] added to dst[i] + LANES r */
 static void dot_tile(const xel *xs, int64_t kp, int64_t m, const void *w, int fp8, int64_t k,
-                     int64_t n0, int64_t nr, int64_t n, const float *block_scale, scratch *s,
-                     float *sums, float *const *dst, const float *mult) {
+                     int64_t n0, int64_t nr, int64_t n, const float *block_scale, int64_t pf,
+                     scratch *s, float *sums, float *const *dst, const float *mult) {
   const int rows = fp8 ? 1 : 2, lanes = dst != NULL;
   int src = fp8 ? SRC_FP8 : SRC_BF16;
-  if (fp8 && m > rows) buffer_tile(w, k, kp, n0, nr, TILE, 0, &s->t, s->wbuf), src = SRC_BUF;
+  if (fp8 && m > rows) buffer_tile(w, k, kp, n0, nr, TILE, pf, &s->t, s->wbuf), src = SRC_BUF;
   for (int64_t i = 0; i < m; i += rows)
-    moe_pass(m - i < rows ? (int)(m - i) : rows, src, lanes, xs, kp, i, w, k, n0, nr, s->wbuf,
+    moe_pass(m - i < rows ? (int)(m - i) : rows, src, lanes, xs, kp, i, w, k, n0, nr, pf, s->wbuf,
              &s->t, block_scale, n, lanes ? NULL : sums + i * TILE, lanes ? dst + i : NULL,
              lanes ? mult + i : NULL);
 }
@@ -674,11 +677,11 @@ static int scratch_init(scratch *s, int64_t kp, int64_t most) {
 static void scratch_free(scratch *s) { free(s->wbuf), free(s->sums); }
 
 static void dot_tile(const xel *xs, int64_t kp, int64_t m, const void *w, int fp8, int64_t k,
-                     int64_t n0, int64_t nr, int64_t n, const float *block_scale, scratch *s,
-                     float *sums, float *const *dst, const float *mult) {
+                     int64_t n0, int64_t nr, int64_t n, const float *block_scale, int64_t pf,
+                     scratch *s, float *sums, float *const *dst, const float *mult) {
   (void)n;
   float *out = dst ? s->sums : sums;
-  tile_sums_fp32(xs, kp, m, w, fp8, k, n0, nr, block_scale, 0, s->wbuf, out);
+  tile_sums_fp32(xs, kp, m, w, fp8, k, n0, nr, block_scale, pf, s->wbuf, out);
   for (int64_t i = 0; dst && i < m; ++i)
     for (int r = 0; r < NR; ++r) dst[i][r] += mult[i] * out[i * NR + r];
 }
@@ -695,12 +698,13 @@ static inline size_t whole_lines(size_t bytes) { return bytes / 64 * 64 + 64; } 
 /* Returns 0; 1 where a buffer could not be allocated (out is then incomplete); before reading
  * anything through an index: 2 where a token index is outside [0, t), 3 an expert index outside
  * [0, experts), 4 where counts (experts) does not count expert_idx per expert. The a assignments
- * (token_idx, expert_idx, weight) in any order; experts >= 1. */
+ * (token_idx, expert_idx, weight) in any order; experts >= 1. pf: bytes ahead each weight line
+ * is prefetched as it is read (0: none), besides each next work item's rows. */
 int moe_decode(const uint16_t *x, int64_t t, int64_t d, const int64_t *token_idx,
                const int64_t *expert_idx, const float *weight, int64_t a, const int64_t *counts,
                int64_t experts, int fp8, const void *w_in, const float *s_in, int64_t h,
                const void *w_out, const float *s_out, int64_t f, int act, float limit,
-               float alpha, uint16_t *out, int threads) {
+               float alpha, uint16_t *out, int threads, int64_t pf) {
   const int gated = act == SWIGLU || act == SWIGLU_CLAMPED;
   const int64_t kpd = (d + XPAD - 1) / XPAD * XPAD, kpf = (f + XPAD - 1) / XPAD * XPAD;
   const int64_t tiles_f = (f + TILE - 1) / TILE, tiles_d = (d + TILE - 1) / TILE;
@@ -761,9 +765,10 @@ int moe_decode(const uint16_t *x, int64_t t, int64_t d, const int64_t *token_idx
         prefetch(row, bytes);
         if (gated) prefetch(row + f * d * wsize, bytes);
       }
-      dot_tile(xs + ends[e] * kpd, kpd, m, w, fp8, d, j0, nr, h, scale, &s, sums, NULL, NULL);
+      dot_tile(xs + ends[e] * kpd, kpd, m, w, fp8, d, j0, nr, h, scale, pf, &s, sums, NULL, NULL);
       if (gated)
-        dot_tile(xs + ends[e] * kpd, kpd, m, w, fp8, d, f + j0, nr, h, scale, &s, up, NULL, NULL);
+        dot_tile(xs + ends[e] * kpd, kpd, m, w, fp8, d, f + j0, nr, h, scale, pf, &s, up, NULL,
+                 NULL);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t r = 0; r < nr; ++r) {
           const float g = sums[i * TILE + r], u = gated ? up[i * TILE + r] : 0.f;
@@ -786,7 +791,7 @@ int moe_decode(const uint16_t *x, int64_t t, int64_t d, const int64_t *token_idx
           const int64_t rows = d - n0 < TILE ? d - n0 : TILE;
           prefetch((const char *)w_out + (next * d + n0) * f * wsize, rows * f * wsize);
         }
-        dot_tile(hs + ends[e] * kpf, kpf, m, w, fp8, f, d0, nr, d, scale, &s, NULL, dst,
+        dot_tile(hs + ends[e] * kpf, kpf, m, w, fp8, f, d0, nr, d, scale, pf, &s, NULL, dst,
                  wt + ends[e]);
       }
       for (int64_t i = 0; i < t; ++i)

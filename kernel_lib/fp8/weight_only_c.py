@@ -40,7 +40,7 @@ def _library() -> ctypes.CDLL:
     lib.fp8_weight_to_bf16.restype = None
     f32 = ctypes.c_float
     lib.moe_decode.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, i64, c_int, ptr, ptr, i64]
-    lib.moe_decode.argtypes += [ptr, ptr, i64, c_int, f32, f32, ptr, c_int]
+    lib.moe_decode.argtypes += [ptr, ptr, i64, c_int, f32, f32, ptr, c_int, i64]
     lib.moe_decode.restype = c_int  # 1: no memory; 2-4: a routing operand out of its range
     return lib
 

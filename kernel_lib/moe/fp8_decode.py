@@ -4,7 +4,9 @@ KTransformers and SGLang), where each token reads its top-k experts' FP8 weights
 Per preset (scaled) and token count T, one interleaved compare on the preset's own routing
 (bench_presets.preset_case) of: `c_decode_bf16` (the baseline: the C kernel on the FP8 experts
 dequantised to bf16, the same model), `c_decode_fp8` (the C kernel on the FP8 experts,
-converting them in registers), `dequant_then_decode` (the plain comparator: the chosen experts
+converting them in registers; both prefetch each weight line PREFETCH_BYTES ahead),
+`c_decode_fp8_unprefetched` (the same without that prefetch, what it buys on this machine),
+`dequant_then_decode` (the plain comparator: the chosen experts
 dequantised to bf16 with torch ops, then the bf16 kernel) and `read` (the read ceiling: an int32
 amax over a buffer of exactly the chosen experts' FP8 bytes and scales). Each is checked against
 one fp64 loop over the experts on the exact FP8 weights. A step reads only its chosen experts, so
@@ -51,7 +53,7 @@ PRESETS = MoEBenchConfig.fp8_decode_presets
 TOKENS = MoEBenchConfig.fp8_decode_tokens
 SCALE = MoEBenchConfig.preset_scale
 BASELINE = "c_decode_bf16"
-NAMES = (BASELINE, "c_decode_fp8", "dequant_then_decode", "read")
+NAMES = (BASELINE, "c_decode_fp8", "c_decode_fp8_unprefetched", "dequant_then_decode", "read")
 HEADLINE, HEADLINE_AT = "moe.fp8_decode_vs_bf16", ("deepseek-v3", 1)
 FP8_DTYPE = f"float8_{FORMAT}"
 REFERENCE = "fp64 loop over experts of the FP8 weights times their block scales, bf16 x"
@@ -124,7 +126,7 @@ def expert_sets(experts: DecodeExperts, facts: DeviceFacts) -> dict[str, list[De
 
 
 def _candidates(x: Tensor, routing: Routing, sets: dict, model: MoEPreset) -> list[Candidate]:
-    """The four candidates of one case on `sets` (expert_sets)."""
+    """The candidates (NAMES) of one case on `sets` (expert_sets)."""
     chosen = chosen_experts(routing)
     fp8, bf16 = sets["fp8"], sets["bf16"]
     buffers = [read_ceiling_buffer(q, chosen) for q in fp8]
@@ -136,6 +138,7 @@ def _candidates(x: Tensor, routing: Routing, sets: dict, model: MoEPreset) -> li
     fp8_bytes, bf16_bytes = fp8[0].expert_bytes(chosen), bf16[0].expert_bytes(chosen)
     check = decode_check(x, routing, fp8[0])
     decode = lambda experts: c_moe_decode(x, routing, experts)  # noqa: E731
+    unprefetched = lambda experts: c_moe_decode(x, routing, experts, prefetch=0)  # noqa: E731
     return [
         Candidate(
             BASELINE, rotating(decode, bf16), check=check, flops=flops,
@@ -143,6 +146,10 @@ def _candidates(x: Tensor, routing: Routing, sets: dict, model: MoEPreset) -> li
         ),
         Candidate(
             "c_decode_fp8", rotating(decode, fp8), check=check, flops=flops,
+            bytes=act + fp8_bytes, dtype=FP8_DTYPE, metrics=base | {"expert_bytes": fp8_bytes},
+        ),
+        Candidate(
+            "c_decode_fp8_unprefetched", rotating(unprefetched, fp8), check=check, flops=flops,
             bytes=act + fp8_bytes, dtype=FP8_DTYPE, metrics=base | {"expert_bytes": fp8_bytes},
         ),
         Candidate(

@@ -24,6 +24,7 @@ from kernel_lib.fp8.weight_only import (
     quantize_weight,
     weight_only_reference,
 )  # fmt: skip
+from kernel_lib.fp8.weight_only_c import PREFETCH_BYTES
 from kernel_lib.moe.dispatch import check_inference, dispatch_loop
 from kernel_lib.moe.experts import (
     SWIGLU_ALPHA,
@@ -182,14 +183,19 @@ def _failure(code: int, x: Tensor, routing: Routing, experts: int) -> Exception:
     )
 
 
-def c_moe_decode(x: Tensor, routing: Routing, experts: DecodeExperts) -> Tensor:
+def c_moe_decode(
+    x: Tensor, routing: Routing, experts: DecodeExperts, *, prefetch: int = PREFETCH_BYTES
+) -> Tensor:
     """out (T, D) bf16 = sum over each token's assignments of weight * expert(x[token]): the
-    chosen experts' weights read once each (FP8 converted in registers, or bf16), fp32
-    accumulation in expert order, rounded to bf16 once; on torch's thread count, the same bits
-    on any. x: (T, D) bf16. Raises TypeError/ValueError naming a bad operand (dtype, shape,
-    contiguity; token or expert index out of range, counts that do not count expert_idx: checked
-    in C before any index is read), MemoryError where the buffers do not fit, Unsupported where
-    the kernel cannot be built. No autograd (check_inference)."""
+    chosen experts' weights read once each (FP8 converted in registers, or bf16), each line
+    prefetched `prefetch` bytes ahead (0: none; the same bits either way), fp32 accumulation in
+    expert order, rounded to bf16 once; on torch's thread count, the same bits on any. x: (T, D)
+    bf16. Raises TypeError/ValueError naming a bad operand (dtype, shape, contiguity; token or
+    expert index out of range, counts that do not count expert_idx: checked in C before any
+    index is read; prefetch not an int >= 0), MemoryError where the buffers do not fit,
+    Unsupported where the kernel cannot be built. No autograd (check_inference)."""
+    if type(prefetch) is not int or prefetch < 0:
+        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (bytes ahead)")
     scales = _checked_experts(experts)
     e, h, d = experts.w_in.shape
     f = experts.w_out.shape[2]
@@ -202,7 +208,7 @@ def c_moe_decode(x: Tensor, routing: Routing, experts: DecodeExperts) -> Tensor:
         x.data_ptr(), x.shape[0], d, tokens.data_ptr(), ids.data_ptr(), weight.data_ptr(),
         tokens.shape[0], counts.data_ptr(), e, int(scales[0] is not None), experts.w_in.data_ptr(),
         scales[0], h, experts.w_out.data_ptr(), scales[1], f, ACTIVATIONS[experts.activation],
-        SWIGLU_LIMIT, SWIGLU_ALPHA, out.data_ptr(), torch.get_num_threads(),
+        SWIGLU_LIMIT, SWIGLU_ALPHA, out.data_ptr(), torch.get_num_threads(), prefetch,
     )  # fmt: skip
     if code:
         raise _failure(code, x, routing, e)

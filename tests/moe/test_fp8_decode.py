@@ -93,6 +93,7 @@ def test_the_kernel_matches_the_fp64_reference(d, f, activation, routing, build)
         assert out.dtype == torch.bfloat16 and out.shape == x.shape
         check = decode_check(x, r, q)(out)
         assert check.passed, check.describe()
+        assert torch.equal(c_moe_decode(x, r, experts, prefetch=0), out)  # a hint, no numbers
 
 
 @pytest.mark.parametrize("where", ["w_in", "w_out"])
@@ -189,6 +190,9 @@ def test_bad_operands_raise_one_line_naming_the_operand():
             c_moe_decode(*args)
         message = str(raised.value)
         assert name in message and "\n" not in message, message
+    for prefetch in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=f"^prefetch={prefetch!r} must be an int >= 0"):
+            c_moe_decode(x, r, q, prefetch=prefetch)
 
 
 TINY = {"scale": 0.03125, "tokens": [1, 4], "min_time_s": 0.01}
