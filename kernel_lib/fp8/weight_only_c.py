@@ -85,8 +85,14 @@ def _out(name: str, out: torch.Tensor | None, shape: torch.Size) -> torch.Tensor
 
 # c_w8a16_prefetch_linear's distance: about one DRAM latency (~100 ns) of one row's stream at a
 # decode's per-row share of the bandwidth (~10 GB/s), 16 cache lines; a candidate beside no
-# prefetch, chosen by measurement.
+# prefetch, chosen by measurement. The MoE decode's too (moe.fp8_experts.c_moe_decode).
 PREFETCH_BYTES = 1024
+
+
+def check_prefetch(prefetch) -> None:
+    """ValueError naming `prefetch` unless it is an int >= 0 (bytes ahead; a bool is not)."""
+    if type(prefetch) is not int or prefetch < 0:
+        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (bytes ahead)")
 
 
 def c_w8a16_linear(
@@ -99,8 +105,7 @@ def c_w8a16_linear(
     ValueError/TypeError on a bad operand, MemoryError where the kernel's buffers do not fit,
     Unsupported where it cannot be built (or streamed where the build lacks it)."""
     channel, block = _checked(x, w)
-    if not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (bytes ahead)")
+    check_prefetch(prefetch)
     lib = _library()
     if streamed and (build := isa()) != "avx512_vbmi_bf16":
         raise Unsupported(f"streamed rows are built with AVX512-VBMI and -BF16 only, not {build}")

@@ -138,26 +138,21 @@ def _candidates(x: Tensor, routing: Routing, sets: dict, model: MoEPreset) -> li
     fp8_bytes, bf16_bytes = fp8[0].expert_bytes(chosen), bf16[0].expert_bytes(chosen)
     check = decode_check(x, routing, fp8[0])
     decode = lambda experts: c_moe_decode(x, routing, experts)  # noqa: E731
-    unprefetched = lambda experts: c_moe_decode(x, routing, experts, prefetch=0)  # noqa: E731
+
+    def on_fp8(name: str, call) -> Candidate:  # `call` on each FP8 copy in turn
+        return Candidate(
+            name, rotating(call, fp8), check=check, flops=flops, bytes=act + fp8_bytes,
+            dtype=FP8_DTYPE, metrics=base | {"expert_bytes": fp8_bytes},
+        )  # fmt: skip
+
     return [
         Candidate(
             BASELINE, rotating(decode, bf16), check=check, flops=flops,
             bytes=act + bf16_bytes, metrics=base | {"expert_bytes": bf16_bytes},
         ),
-        Candidate(
-            "c_decode_fp8", rotating(decode, fp8), check=check, flops=flops,
-            bytes=act + fp8_bytes, dtype=FP8_DTYPE, metrics=base | {"expert_bytes": fp8_bytes},
-        ),
-        Candidate(
-            "c_decode_fp8_unprefetched", rotating(unprefetched, fp8), check=check, flops=flops,
-            bytes=act + fp8_bytes, dtype=FP8_DTYPE, metrics=base | {"expert_bytes": fp8_bytes},
-        ),
-        Candidate(
-            "dequant_then_decode",
-            rotating(lambda q: dequant_then_decode(x, routing, q, workspace), fp8),
-            check=check, flops=flops, bytes=act + fp8_bytes, dtype=FP8_DTYPE,
-            metrics=base | {"expert_bytes": fp8_bytes},
-        ),
+        on_fp8("c_decode_fp8", decode),
+        on_fp8("c_decode_fp8_unprefetched", lambda q: c_moe_decode(x, routing, q, prefetch=0)),
+        on_fp8("dequant_then_decode", lambda q: dequant_then_decode(x, routing, q, workspace)),
         Candidate(
             "read", rotating(read, buffers),
             check=exact(read(buffers[0]), reference="the first copy's int32 maximum"),

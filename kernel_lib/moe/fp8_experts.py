@@ -24,7 +24,7 @@ from kernel_lib.fp8.weight_only import (
     quantize_weight,
     weight_only_reference,
 )  # fmt: skip
-from kernel_lib.fp8.weight_only_c import PREFETCH_BYTES
+from kernel_lib.fp8.weight_only_c import PREFETCH_BYTES, check_prefetch
 from kernel_lib.moe.dispatch import check_inference, dispatch_loop
 from kernel_lib.moe.experts import (
     SWIGLU_ALPHA,
@@ -194,8 +194,7 @@ def c_moe_decode(
     expert index out of range, counts that do not count expert_idx: checked in C before any
     index is read; prefetch not an int >= 0), MemoryError where the buffers do not fit,
     Unsupported where the kernel cannot be built. No autograd (check_inference)."""
-    if type(prefetch) is not int or prefetch < 0:
-        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (bytes ahead)")
+    check_prefetch(prefetch)
     scales = _checked_experts(experts)
     e, h, d = experts.w_in.shape
     f = experts.w_out.shape[2]
