@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import signal
 
 import matplotlib
 import nbformat
@@ -96,6 +97,15 @@ from kernel_lib.platform import device_facts
 from kernel_lib.records import save_records, wrong
 check = check_output(torch.ones(2), torch.zeros(2), reference="zeros", tolerance=Tolerance(0.1, "exact"))
 save_records([wrong("t", "c", "broken_kernel", check, facts=device_facts())], "wrong")"""
+
+
+@pytest.fixture
+def ctrl_c():
+    """SIGINT as Python's default, KeyboardInterrupt, for one test, then as it was: a suite
+    started with SIGINT ignored (`nohup make test &`) would otherwise never see one it sends."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ def test_sigterm_is_a_keyboard_interrupt_in_the_block_only():
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_in_a_deferred_block_is_acted_on_after_it(signum):
+def test_a_signal_in_a_deferred_block_is_acted_on_after_it(signum, ctrl_c):
     done = []
     with pytest.raises(KeyboardInterrupt):
         with terminate_as_interrupt(), deferred():

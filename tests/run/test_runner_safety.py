@@ -369,7 +369,7 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_between_the_swaps_two_renames_waits_for_the_second(
-    run, out, monkeypatch, signum
+    run, out, monkeypatch, signum, ctrl_c
 ):
     assert run(out)[0] == 0
     first = out.stat().st_ino
