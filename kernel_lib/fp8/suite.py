@@ -28,19 +28,22 @@ LINEAR_CHECK_SHAPE = {"batch": 3, "seq": 5, "in_features": 64, "out_features": 4
 
 
 class Inference(NamedTuple):
-    """The converted model's comparison (None where `_scaled_mm` cannot run), and its records."""
+    """The converted model's comparison, its records, and why it was skipped (None where it ran;
+    then the comparison is None)."""
 
     comparison: InferenceComparison | None
     records: list[rec.Record]
+    skipped: str | None = None
 
 
 class Training(NamedTuple):
-    """The training runs' losses and their `loss_checks` table (both None where `_scaled_mm`
-    cannot run), and their records."""
+    """The training runs' losses and their `loss_checks` table, their records, and why they were
+    skipped (None where they ran; then both tables are None)."""
 
     losses: pd.DataFrame | None
     checks: pd.DataFrame | None
     records: list[rec.Record]
+    skipped: str | None = None
 
 
 class CheckTable(NamedTuple):
@@ -182,7 +185,7 @@ def inference(ctx: Context[Fp8BenchConfig]) -> Inference:
         facts, lambda: bench.inference_comparison(config, device=facts.device)
     )
     if reason:
-        return Inference(None, bench.skipped_section(config, facts, "inference", reason))
+        return Inference(None, bench.skipped_section(config, facts, "inference", reason), reason)
     return Inference(comparison, bench.inference_records(comparison, facts, config))
 
 
@@ -192,7 +195,9 @@ def training(ctx: Context[Fp8BenchConfig]) -> Training:
         facts, lambda: bench.training_losses(config, device=facts.device, progress=ctx.progress)
     )
     if reason:
-        return Training(None, None, bench.skipped_section(config, facts, "training", reason))
+        return Training(
+            None, None, bench.skipped_section(config, facts, "training", reason), reason
+        )
     table = loss_checks(losses)
     return Training(losses, table, bench.training_records(table, facts, config))
 
