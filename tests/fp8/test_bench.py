@@ -29,6 +29,7 @@ from kernel_lib.fp8.numerics import quantization_error_table, relative_errors, s
 from kernel_lib.platform import Datasheet, device_facts  # noqa: E402
 from kernel_lib.records import to_frame  # noqa: E402
 from kernel_lib.report.findings import headlines  # noqa: E402
+from kernel_lib.suite import Context  # noqa: E402
 
 from .conftest import refuse_ragged  # noqa: E402
 
@@ -374,6 +375,23 @@ def test_calls_onednn_refuses_after_its_probe_passed_are_skipped_never_failed(
     frame = _rerun_keeps_every_record(records)
     refused = frame[frame["reason"].fillna("").str.contains("no FP8 matmul for")]
     assert "scaled_mm_check" in set(refused["case"])
+
+
+@pytest.mark.parametrize("section", ["inference", "training"])
+def test_a_section_oneDNN_refuses_after_the_probe_passed_says_so_itself(section, monkeypatch):
+    """The notebook's inference and training cells read the section's own skip, not the probe's:
+    an AMX Xeon held to AVX2 passes the probe and refuses these sections' calls."""
+
+    def refused(a, *args, **kwargs):
+        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refused)
+    monkeypatch.setattr(linear, "cpu_scaled_mm_error", lambda: None)
+    out = fp8_suite.SUITE.run(section, Context(CONFIG, device_facts()))
+    assert "no FP8 matmul for" in out.skipped
+    assert out.records and all(r.status == "skipped" for r in out.records)
+    tables = [out.comparison] if section == "inference" else [out.losses, out.checks]
+    assert tables == [None] * len(tables)
 
 
 def test_an_inductor_key_this_torch_lacks_skips_the_compiled_quantisers_only(monkeypatch):
