@@ -29,12 +29,15 @@ def rng():
     return torch.Generator().manual_seed(1234)
 
 
+ONEDNN_REFUSAL = "could not create a primitive descriptor for the matmul primitive"
+
+
 def refuse_ragged(real):
     """torch._scaled_mm as an AMX Xeon held to an older ISA ran it: an odd M refused, the rest run."""
 
     def scaled_mm(a, *args, **kwargs):
         if a.shape[0] % 2:
-            raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+            raise RuntimeError(ONEDNN_REFUSAL)
         return real(a, *args, **kwargs)
 
     return scaled_mm
@@ -56,7 +59,7 @@ def refused_scaled_mm(monkeypatch):
     from kernel_lib.fp8 import block_scaled, linear
 
     def refuse(*args, **kwargs):
-        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+        raise RuntimeError(ONEDNN_REFUSAL)
 
     monkeypatch.setattr(torch, "_scaled_mm", refuse)
     monkeypatch.setattr(linear, "cpu_scaled_mm_error", linear.cpu_scaled_mm_error.__wrapped__)

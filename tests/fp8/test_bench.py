@@ -31,7 +31,7 @@ from kernel_lib.records import to_frame  # noqa: E402
 from kernel_lib.report.findings import headlines  # noqa: E402
 from kernel_lib.suite import Context  # noqa: E402
 
-from .conftest import refuse_ragged  # noqa: E402
+from .conftest import ONEDNN_REFUSAL, refuse_ragged  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the fp8 suite, run once for the module, and its sections again
 
@@ -383,7 +383,7 @@ def test_a_section_oneDNN_refuses_after_the_probe_passed_says_so_itself(section,
     an AMX Xeon held to AVX2 passes the probe and refuses these sections' calls."""
 
     def refused(a, *args, **kwargs):
-        raise RuntimeError("could not create a primitive descriptor for the matmul primitive")
+        raise RuntimeError(ONEDNN_REFUSAL)
 
     monkeypatch.setattr(torch, "_scaled_mm", refused)
     monkeypatch.setattr(linear, "cpu_scaled_mm_error", lambda: None)
